@@ -1,0 +1,24 @@
+"""Config: everything the command line decides, frozen before the server starts."""
+from dataclasses import dataclass
+from typing import Optional
+
+DEFAULT_PORT = "11300"
+DEFAULT_MAX_JOB_SIZE = 65535
+MAX_JOB_SIZE_LIMIT = 1 << 30          # beanstalkd caps -z here
+DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
+DEFAULT_FSYNC_MS = 50
+
+
+@dataclass(frozen=True)
+class Config:
+    listen_addr: Optional[str] = None     # -l: None means every interface; "unix:/path"
+    port: str = DEFAULT_PORT              # -p: a number or a service name
+    max_job_size: int = DEFAULT_MAX_JOB_SIZE   # -z, bytes of body
+    user: Optional[str] = None            # -u: drop privileges to this user after binding
+    verbosity: int = 0                    # -V, repeatable
+    binlog_dir: Optional[str] = None      # -b: None means no binlog
+    fsync: bool = True                    # False after -F (the last of -f/-F wins)
+    fsync_ms: int = DEFAULT_FSYNC_MS      # -f: at most one fsync per this many ms; 0 = every write
+    binlog_size: int = DEFAULT_BINLOG_SIZE     # -s, bytes per binlog file
+    max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
+    max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow

@@ -1,0 +1,37 @@
+"""Build the two compiled modules: the parser and the queue engine.
+
+FASTBEAN_DEBUG=1 builds with invariant checks, -O0 -g and annotated HTML.
+FASTBEAN_SANITIZE=1 adds AddressSanitizer and UBSan (run under LD_PRELOAD of libasan).
+"""
+import os
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("FASTBEAN_DEBUG", "") not in ("", "0")
+SANITIZE = os.environ.get("FASTBEAN_SANITIZE", "") not in ("", "0")
+
+cflags = ["-O0", "-g3"] if DEBUG else ["-O2"]
+cflags += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+ldflags = []
+if SANITIZE:
+    cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    ldflags += ["-fsanitize=address,undefined"]
+
+macros = [("FASTBEAN_DEBUG", "1" if DEBUG else "0")]
+
+extensions = [
+    Extension("fastbean._parser", ["fastbean/_parser.pyx"],
+              extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
+    Extension("fastbean._core", ["fastbean/_core.pyx"],
+              extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={"language_level": 3, "embedsignature": True},
+        compile_time_env={"FASTBEAN_DEBUG": DEBUG},
+        annotate=DEBUG,
+    ),
+)
