@@ -1,0 +1,526 @@
+# cython: language_level=3
+"""Incremental parser of the beanstalk protocol (see _parser.pxd)."""
+
+from libc.string cimport memchr, memcpy, memcmp
+from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_DECREF
+
+cdef enum:
+    S_LINE = 0        # reading command lines
+    S_DECIDE = 1      # a put header was returned; waiting for accept_body/reject_body
+    S_BODY = 2        # filling a put body
+    S_DISCARD = 3     # swallowing a rejected body
+
+# Which bytes may appear in a tube name (protocol.txt "Names").
+cdef bint NAME_CHAR[256]
+
+
+cdef void _init_tables() noexcept:
+    cdef int i
+    for i in range(256):
+        NAME_CHAR[i] = 0
+    for i in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()":
+        NAME_CHAR[i] = 1
+
+_init_tables()
+
+
+cdef inline bint _is_space(char c) noexcept:
+    # C isspace() in the "C" locale, as strtol/strtoul skip.
+    return c == c' ' or c == c'\t' or c == c'\n' or c == c'\v' or c == c'\f' or c == c'\r'
+
+
+cdef const char *_read_uint(const char *p, const char *end, uint64_t limit,
+                            uint64_t *out) noexcept:
+    # beanstalkd's strict number reader: spaces, then a digit, then decimal
+    # digits no larger than limit. Returns the first byte after the digits, or
+    # NULL on a format error. The caller decides what may follow.
+    cdef uint64_t v = 0
+    cdef unsigned int d
+    while p < end and p[0] == c' ':
+        p += 1
+    if p >= end or p[0] < c'0' or p[0] > c'9':
+        return NULL
+    while p < end and c'0' <= p[0] <= c'9':
+        d = p[0] - c'0'
+        if v > (UINT64_MAX - d) // 10:
+            return NULL
+        v = v * 10 + d
+        p += 1
+    if v > limit:
+        return NULL
+    out[0] = v
+    return p
+
+
+cdef const char *_read_u32(const char *p, const char *end, uint32_t *out) noexcept:
+    cdef uint64_t v
+    p = _read_uint(p, end, UINT32_MAX, &v)
+    if p != NULL:
+        out[0] = <uint32_t>v
+    return p
+
+
+cdef bint _last_u32(const char *p, const char *end, uint32_t *out) noexcept:
+    p = _read_u32(p, end, out)
+    return p != NULL and p == end
+
+
+cdef bint _last_u64(const char *p, const char *end, uint64_t *out) noexcept:
+    p = _read_uint(p, end, UINT64_MAX, out)
+    return p != NULL and p == end
+
+
+cdef int _c_strtoul(const char *p, const char *end, uint64_t *out, bint *neg) noexcept:
+    # Like C strtoul/strtol in base 10 on a bounded string: leading white
+    # space, an optional sign, digits, anything after them ignored.
+    # Returns -1 when no digits were found, -2 on 64-bit overflow, else 0,
+    # with the magnitude in out and the sign in neg.
+    cdef uint64_t v = 0
+    cdef unsigned int d
+    neg[0] = False
+    while p < end and _is_space(p[0]):
+        p += 1
+    if p < end and (p[0] == c'+' or p[0] == c'-'):
+        neg[0] = p[0] == c'-'
+        p += 1
+    if p >= end or p[0] < c'0' or p[0] > c'9':
+        return -1
+    while p < end and c'0' <= p[0] <= c'9':
+        d = p[0] - c'0'
+        if v > (UINT64_MAX - d) // 10:
+            return -2
+        v = v * 10 + d
+        p += 1
+    out[0] = v
+    return 0
+
+
+cdef bint _name_ok(const char *p, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    if n < 1 or n > NAME_MAX or p[0] == c'-':
+        return False
+    for i in range(n):
+        if not NAME_CHAR[<unsigned char>p[i]]:
+            return False
+    return True
+
+
+cdef inline bint _is(const char *s, Py_ssize_t n, const char *word, Py_ssize_t wn) noexcept:
+    return n >= wn and memcmp(s, word, wn) == 0
+
+
+cdef void _set_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
+    if _name_ok(p, end - p):
+        cmd.op = op
+        cmd.name = p
+        cmd.name_len = end - p
+    else:
+        cmd.op = OP_BAD_FORMAT
+
+
+cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
+    # s[0:n] is one command line without its CRLF. Verbs are matched as
+    # prefixes in beanstalkd's order, so e.g. "stats-job" (no space) lands on
+    # "stats" and is then a BAD_FORMAT.
+    cdef const char *end = s + n
+    cdef const char *p
+    cdef uint64_t v
+    cdef bint neg
+    cdef int r
+    cdef char c
+    cmd.op = OP_UNKNOWN
+    cmd.err = ERR_NONE
+    if memchr(s, 0, n) != NULL:
+        cmd.op = OP_BAD_FORMAT
+        return
+    if n == 0:
+        return
+    c = s[0]
+    if c == c'p':
+        if _is(s, n, b"put ", 4):
+            p = _read_u32(s + 4, end, &cmd.pri)
+            if p != NULL:
+                p = _read_u32(p, end, &cmd.delay)
+            if p != NULL:
+                p = _read_u32(p, end, &cmd.ttr)
+            if p != NULL:
+                p = _read_u32(p, end, &cmd.nbytes)
+            if p == NULL:
+                cmd.op = OP_BAD_FORMAT
+            else:
+                cmd.op = OP_PUT
+                cmd.garbage = p != end
+        elif _is(s, n, b"peek ", 5):
+            cmd.op = OP_PEEK if _last_u64(s + 5, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"peek-ready", 10):
+            cmd.op = OP_PEEK_READY if n == 10 else OP_BAD_FORMAT
+        elif _is(s, n, b"peek-delayed", 12):
+            cmd.op = OP_PEEK_DELAYED if n == 12 else OP_BAD_FORMAT
+        elif _is(s, n, b"peek-buried", 11):
+            cmd.op = OP_PEEK_BURIED if n == 11 else OP_BAD_FORMAT
+        elif _is(s, n, b"pause-tube", 10):
+            # The name is the longest run of name bytes after any spaces;
+            # validity (leading '-', length) is checked after the counter moves.
+            p = s + 10
+            while p < end and p[0] == c' ':
+                p += 1
+            cmd.name = p
+            while p < end and NAME_CHAR[<unsigned char>p[0]]:
+                p += 1
+            cmd.name_len = p - cmd.name
+            if cmd.name_len == 0 or not _last_u32(p, end, &cmd.delay):
+                cmd.op = OP_BAD_FORMAT
+            else:
+                cmd.op = OP_PAUSE_TUBE
+                if not _name_ok(cmd.name, cmd.name_len):
+                    cmd.err = ERR_BAD_FORMAT
+    elif c == c'r':
+        if _is(s, n, b"reserve-with-timeout ", 21):
+            # 1.12 reads this with strtol into an int: no checks beyond
+            # overflow of a long, trailing bytes ignored, value truncated.
+            r = _c_strtoul(s + 21, end, &v, &neg)
+            if r == -2 or (r == 0 and ((not neg and v > <uint64_t>9223372036854775807) or
+                                       (neg and v > <uint64_t>9223372036854775808))):
+                cmd.op = OP_BAD_FORMAT
+            else:
+                cmd.op = OP_RESERVE_TIMEOUT
+                if r == -1:
+                    v = 0
+                if neg:
+                    v = (~v) + 1
+                cmd.timeout = <int32_t><uint32_t>(v & 0xffffffff)
+        elif _is(s, n, b"reserve-job ", 12):
+            cmd.op = OP_RESERVE_JOB if _last_u64(s + 12, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"reserve", 7):
+            cmd.op = OP_RESERVE if n == 7 else OP_BAD_FORMAT
+            cmd.timeout = -1
+        elif _is(s, n, b"release ", 8):
+            p = _read_uint(s + 8, end, UINT64_MAX, &cmd.id)
+            if p != NULL:
+                p = _read_u32(p, end, &cmd.pri)
+            if p != NULL and _last_u32(p, end, &cmd.delay):
+                cmd.op = OP_RELEASE
+            else:
+                cmd.op = OP_BAD_FORMAT
+    elif c == c'd':
+        if _is(s, n, b"delete ", 7):
+            cmd.op = OP_DELETE if _last_u64(s + 7, end, &cmd.id) else OP_BAD_FORMAT
+    elif c == c'b':
+        if _is(s, n, b"bury ", 5):
+            p = _read_uint(s + 5, end, UINT64_MAX, &cmd.id)
+            if p != NULL and _last_u32(p, end, &cmd.pri):
+                cmd.op = OP_BURY
+            else:
+                cmd.op = OP_BAD_FORMAT
+    elif c == c'k':
+        if _is(s, n, b"kick ", 5):
+            # strtoul with no checks: sign, white space and trailing bytes
+            # pass; the count is then an unsigned int.
+            r = _c_strtoul(s + 5, end, &v, &neg)
+            if r < 0:
+                cmd.op = OP_BAD_FORMAT
+            else:
+                if neg:
+                    v = (~v) + 1
+                cmd.op = OP_KICK
+                cmd.bound = <uint32_t>(v & 0xffffffff)
+        elif _is(s, n, b"kick-job ", 9):
+            cmd.op = OP_KICK_JOB if _last_u64(s + 9, end, &cmd.id) else OP_BAD_FORMAT
+    elif c == c't':
+        if _is(s, n, b"touch ", 6):
+            cmd.op = OP_TOUCH if _last_u64(s + 6, end, &cmd.id) else OP_BAD_FORMAT
+    elif c == c's':
+        if _is(s, n, b"stats-job ", 10):
+            cmd.op = OP_STATS_JOB if _last_u64(s + 10, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"stats-tube ", 11):
+            _set_name(cmd, s + 11, end, OP_STATS_TUBE)
+        elif _is(s, n, b"stats", 5):
+            cmd.op = OP_STATS if n == 5 else OP_BAD_FORMAT
+    elif c == c'u':
+        if _is(s, n, b"use ", 4):
+            _set_name(cmd, s + 4, end, OP_USE)
+    elif c == c'w':
+        if _is(s, n, b"watch ", 6):
+            _set_name(cmd, s + 6, end, OP_WATCH)
+    elif c == c'i':
+        if _is(s, n, b"ignore ", 7):
+            _set_name(cmd, s + 7, end, OP_IGNORE)
+    elif c == c'l':
+        if _is(s, n, b"list-tubes-watched", 18):
+            cmd.op = OP_LIST_TUBES_WATCHED if n == 18 else OP_BAD_FORMAT
+        elif _is(s, n, b"list-tube-used", 14):
+            cmd.op = OP_LIST_TUBE_USED if n == 14 else OP_BAD_FORMAT
+        elif _is(s, n, b"list-tubes", 10):
+            cmd.op = OP_LIST_TUBES if n == 10 else OP_BAD_FORMAT
+    elif c == c'q':
+        if _is(s, n, b"quit", 4):
+            cmd.op = OP_QUIT
+    elif c == c'f':
+        # fastbean's own commands; beanstalkd answers UNKNOWN_COMMAND to these.
+        if _is(s, n, b"fastbean-stats", 14):
+            cmd.op = OP_EXT if n == 14 else OP_BAD_FORMAT
+
+
+cdef inline int _scan(const char *p, Py_ssize_t avail, Py_ssize_t *linelen) noexcept:
+    # beanstalkd's framing over a window of at most LINE_MAX bytes that starts
+    # at a line start: the first CR among the first (window - 1) bytes ends the
+    # line if an LF follows, and otherwise nothing in the window ever will.
+    # 1: line of linelen bytes (CRLF included); 0: need more; -1: over-long.
+    cdef Py_ssize_t size = avail if avail < LINE_MAX else LINE_MAX
+    cdef const char *cr
+    if size < 2:
+        return 0
+    cr = <const char *>memchr(p, c'\r', size - 1)
+    if cr != NULL and cr[1] == c'\n':
+        linelen[0] = cr - p + 2
+        return 1
+    return -1 if avail >= LINE_MAX else 0
+
+
+cdef class Parser:
+
+    def __cinit__(self):
+        self.cur = b""
+        self.cbuf = PyBytes_AS_STRING(self.cur)
+        self.cpos = 0
+        self.cend = 0
+        self.queue = []
+        self.qhead = 0
+        self.queued = 0
+        self.llen = 0
+        self.state = S_LINE
+        self.skipping_line = False
+        self.body = None
+
+    cpdef feed(self, data):
+        """Queue bytes from one read. Nothing is parsed until next()."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        if PyBytes_GET_SIZE(data) == 0:
+            return
+        if self.cpos == self.cend and self.queued == 0:
+            self.cur = data
+            self.cbuf = PyBytes_AS_STRING(data)
+            self.cpos = 0
+            self.cend = PyBytes_GET_SIZE(data)
+        else:
+            self.queue.append(data)
+            self.queued += PyBytes_GET_SIZE(data)
+
+    cdef Py_ssize_t buffered(self) noexcept:
+        return (self.cend - self.cpos) + self.queued + self.llen
+
+    cdef void discard_input(self) noexcept:
+        # After quit: nothing more from this connection is looked at.
+        self.cur = b""
+        self.cbuf = PyBytes_AS_STRING(self.cur)
+        self.cpos = self.cend = 0
+        self.queue = []
+        self.qhead = 0
+        self.queued = 0
+        self.llen = 0
+        self.body = None
+
+    cdef int _advance(self) except -1:
+        # Move to the next queued chunk when the current one is used up.
+        if self.cpos < self.cend:
+            return True
+        if self.queued == 0:
+            return False
+        data = self.queue[self.qhead]
+        self.queue[self.qhead] = None
+        self.qhead += 1
+        if self.qhead == len(self.queue):
+            self.queue = []
+            self.qhead = 0
+        self.cur = data
+        self.cbuf = PyBytes_AS_STRING(data)
+        self.cpos = 0
+        self.cend = PyBytes_GET_SIZE(data)
+        self.queued -= self.cend
+        return True
+
+    cdef int next(self, Cmd *cmd) except -1:
+        """Fill cmd with the next command; 1 if one is ready, 0 if more bytes are needed."""
+        cdef Py_ssize_t n, linelen, take
+        cdef int r
+        cdef const char *line
+        while True:
+            if self.state == S_LINE:
+                if not self._advance():
+                    return 0
+                if self.llen == 0:
+                    # Fast path: the line lies whole inside the current chunk.
+                    n = self.cend - self.cpos
+                    r = _scan(self.cbuf + self.cpos, n, &linelen)
+                    if r == 1:
+                        line = self.cbuf + self.cpos
+                        self.cpos += linelen
+                    elif r == -1:
+                        self.cpos += LINE_MAX
+                        self.skipping_line = True
+                        continue
+                    else:
+                        memcpy(self.lbuf, self.cbuf + self.cpos, n)
+                        self.llen = n
+                        self.cpos = self.cend
+                        continue
+                else:
+                    # The line straddles chunks: top the window up from this one.
+                    take = self.cend - self.cpos
+                    if take > LINE_MAX - self.llen:
+                        take = LINE_MAX - self.llen
+                    memcpy(self.lbuf + self.llen, self.cbuf + self.cpos, take)
+                    self.cpos += take
+                    self.llen += take
+                    r = _scan(self.lbuf, self.llen, &linelen)
+                    if r == 1:
+                        # Bytes past the line came from this chunk: give them back.
+                        self.cpos -= self.llen - linelen
+                        self.llen = 0
+                        line = self.lbuf
+                    elif r == -1:
+                        self.llen = 0
+                        self.skipping_line = True
+                        continue
+                    else:
+                        continue
+                if self.skipping_line:
+                    self.skipping_line = False
+                    cmd.op = OP_BAD_FORMAT
+                    cmd.err = ERR_NONE
+                    return 1
+                _parse_line(line, linelen - 2, cmd)
+                if cmd.op == OP_PUT:
+                    self.state = S_DECIDE
+                elif cmd.op == OP_QUIT:
+                    self.discard_input()
+                return 1
+            elif self.state == S_BODY:
+                if not self._advance():
+                    return 0
+                take = self.cend - self.cpos
+                if take > self.need:
+                    take = self.need
+                memcpy(PyBytes_AS_STRING(self.body) + self.filled, self.cbuf + self.cpos, take)
+                self.cpos += take
+                self.filled += take
+                self.need -= take
+                if self.need:
+                    continue
+                self.state = S_LINE
+                cmd.op = OP_PUT_BODY
+                line = PyBytes_AS_STRING(self.body) + self.filled - 2
+                if line[0] == c'\r' and line[1] == c'\n':
+                    cmd.err = ERR_NONE
+                    cmd.body = <PyObject *>self.body
+                    Py_INCREF(self.body)
+                else:
+                    cmd.err = ERR_EXPECTED_CRLF
+                    cmd.body = NULL
+                self.body = None
+                return 1
+            elif self.state == S_DISCARD:
+                while self.need and self._advance():
+                    take = self.cend - self.cpos
+                    if take > self.need:
+                        take = self.need
+                    self.cpos += take
+                    self.need -= take
+                if self.need:
+                    return 0
+                self.state = S_LINE
+                cmd.op = OP_SKIPPED
+                cmd.err = self.skip_err
+                return 1
+            else:
+                raise RuntimeError("Parser.next() called before a put was accepted or rejected")
+
+    cdef int accept_body(self, Py_ssize_t n) except -1:
+        """Read the next n bytes (body + CRLF) of the put just returned."""
+        self.body = PyBytes_FromStringAndSize(NULL, n)
+        self.need = n
+        self.filled = 0
+        self.state = S_BODY
+        return 0
+
+    cdef void reject_body(self, Py_ssize_t n, int err) noexcept:
+        """Swallow the next n bytes, then report err (OP_SKIPPED)."""
+        self.need = n
+        self.skip_err = err
+        self.state = S_DISCARD
+
+    cdef void no_body(self) noexcept:
+        """The put was refused outright: what follows its line is commands again."""
+        self.state = S_LINE
+
+    # -- cold API for tests and tools -----------------------------------------
+
+    def parse(self, data, accept=None):
+        """Feed data and return the commands now complete as tuples.
+
+        Put bodies are accepted when accept(nbytes) is true (default: always),
+        otherwise swallowed and reported as ('SKIPPED', 'JOB_TOO_BIG').
+        """
+        cdef Cmd cmd
+        out = []
+        self.feed(data)
+        while self.next(&cmd):
+            out.append(_cmd_tuple(&cmd))
+            if cmd.op == OP_PUT_BODY and cmd.body != NULL:
+                Py_DECREF(<object>cmd.body)
+            if self.state == S_DECIDE:
+                if accept is not None and not accept(cmd.nbytes):
+                    self.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
+                elif cmd.garbage:
+                    self.no_body()
+                else:
+                    self.accept_body(<Py_ssize_t>cmd.nbytes + 2)
+        return out
+
+
+OP_NAMES = {
+    OP_PUT: "put", OP_PEEK: "peek", OP_PEEK_READY: "peek-ready",
+    OP_PEEK_DELAYED: "peek-delayed", OP_PEEK_BURIED: "peek-buried",
+    OP_RESERVE: "reserve", OP_RESERVE_TIMEOUT: "reserve-with-timeout",
+    OP_DELETE: "delete", OP_RELEASE: "release", OP_USE: "use", OP_WATCH: "watch",
+    OP_IGNORE: "ignore", OP_BURY: "bury", OP_KICK: "kick", OP_TOUCH: "touch",
+    OP_STATS: "stats", OP_STATS_JOB: "stats-job", OP_STATS_TUBE: "stats-tube",
+    OP_LIST_TUBES: "list-tubes", OP_LIST_TUBE_USED: "list-tube-used",
+    OP_LIST_TUBES_WATCHED: "list-tubes-watched", OP_PAUSE_TUBE: "pause-tube",
+    OP_RESERVE_JOB: "reserve-job", OP_KICK_JOB: "kick-job", OP_QUIT: "quit",
+    OP_PUT_BODY: "body", OP_SKIPPED: "skipped", OP_UNKNOWN: "UNKNOWN_COMMAND",
+    OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats",
+}
+ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
+             ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
+             ERR_DRAINING: "DRAINING"}
+
+
+cdef tuple _cmd_tuple(Cmd *cmd):
+    # A plain description of a command, for tests: (op, err, args...).
+    cdef int op = cmd.op
+    name = OP_NAMES[op]
+    err = ERR_NAMES[cmd.err]
+    if op == OP_PUT:
+        return (name, err, cmd.pri, cmd.delay, cmd.ttr, cmd.nbytes, cmd.garbage)
+    if op in (OP_PEEK, OP_DELETE, OP_RESERVE_JOB, OP_KICK_JOB, OP_TOUCH, OP_STATS_JOB):
+        return (name, err, cmd.id)
+    if op == OP_RELEASE:
+        return (name, err, cmd.id, cmd.pri, cmd.delay)
+    if op == OP_BURY:
+        return (name, err, cmd.id, cmd.pri)
+    if op == OP_KICK:
+        return (name, err, cmd.bound)
+    if op == OP_RESERVE_TIMEOUT:
+        return (name, err, cmd.timeout)
+    if op in (OP_USE, OP_WATCH, OP_IGNORE, OP_STATS_TUBE):
+        return (name, err, cmd.name[:cmd.name_len])
+    if op == OP_PAUSE_TUBE:
+        return (name, err, cmd.name[:cmd.name_len], cmd.delay)
+    if op == OP_PUT_BODY:
+        return (name, err, None if cmd.body == NULL else <object>cmd.body)
+    return (name, err)
