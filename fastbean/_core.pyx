@@ -1,0 +1,1330 @@
+# cython: language_level=3
+"""The queue engine (see _core.pxd): every command of the beanstalk protocol."""
+
+import os
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MAX
+from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memcpy, memcmp, memset
+from libc.stdio cimport snprintf
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
+from posix.resource cimport getrusage, rusage, RUSAGE_SELF
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+
+from fastbean._parser cimport (
+    Parser, Cmd, OP_NONE, OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
+    OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
+    OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
+    OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
+    OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT,
+    ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
+    ERR_DRAINING,
+)
+
+include "_heap.pxi"
+include "_table.pxi"
+
+cdef enum:
+    URGENT_PRI = 1024                 # pri below this counts as urgent
+    READ_HIGH = 1 << 20               # stop reading a blocked connection past this many bytes
+    READ_LOW = 1 << 18
+    JOB_OVERHEAD = 256                # bytes charged per job beyond its body (struct, bytes header, slots)
+
+cdef int64_t SEC = 1000000000
+cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
+
+
+cdef inline int64_t mono_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef inline int64_t wall_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+# -- heap orders ---------------------------------------------------------------
+
+cdef bint _ready_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
+
+
+cdef bint _deadline_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
+
+
+cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<Job *>a).heap_index = i
+
+
+cdef bint _tube_less(void *a, void *b) noexcept nogil:
+    return (<Tube *>a).timer_at < (<Tube *>b).timer_at
+
+
+cdef void _tube_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<Tube *>a).timer_index = i
+
+
+cdef bint _timer_less(void *a, void *b) noexcept nogil:
+    return (<ConnTimer *>a).at < (<ConnTimer *>b).at
+
+
+cdef void _timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<ConnTimer *>a).index = i
+
+
+# -- replies -------------------------------------------------------------------
+
+cdef const char *_err_text(int err) noexcept:
+    if err == ERR_BAD_FORMAT:
+        return b"BAD_FORMAT\r\n"
+    if err == ERR_EXPECTED_CRLF:
+        return b"EXPECTED_CRLF\r\n"
+    if err == ERR_JOB_TOO_BIG:
+        return b"JOB_TOO_BIG\r\n"
+    if err == ERR_OUT_OF_MEMORY:
+        return b"OUT_OF_MEMORY\r\n"
+    if err == ERR_DRAINING:
+        return b"DRAINING\r\n"
+    return b"INTERNAL_ERROR\r\n"
+
+STATE_NAMES = {JOB_READY: b"ready", JOB_RESERVED: b"reserved", JOB_BURIED: b"buried",
+               JOB_DELAYED: b"delayed", JOB_INVALID: b"invalid"}
+
+# stats keys for the command counters, in beanstalkd's order (op 1..22).
+CMD_KEYS = [b"cmd-put", b"cmd-peek", b"cmd-peek-ready", b"cmd-peek-delayed",
+            b"cmd-peek-buried", b"cmd-reserve", b"cmd-reserve-with-timeout", b"cmd-delete",
+            b"cmd-release", b"cmd-use", b"cmd-watch", b"cmd-ignore", b"cmd-bury", b"cmd-kick",
+            b"cmd-touch", b"cmd-stats", b"cmd-stats-job", b"cmd-stats-tube", b"cmd-list-tubes",
+            b"cmd-list-tube-used", b"cmd-list-tubes-watched", b"cmd-pause-tube"]
+
+
+cdef inline bytes _sec(int64_t ns):
+    # whole seconds, truncated toward zero as C division does
+    cdef int64_t s = ns // SEC if ns >= 0 else -((-ns) // SEC)
+    return b"%d" % s
+
+
+cdef class Core:
+    """All queue state of one server."""
+
+    def __cinit__(self):
+        table_init(&self.jobs)
+        heap_init(&self.tube_timers, _tube_less, _tube_setpos)
+        heap_init(&self.ttr_heap, _deadline_less, _job_setpos)
+        heap_init(&self.conn_timers, _timer_less, _timer_setpos)
+        self.tubes = NULL
+        self.eligible = NULL
+        self.default_tube = NULL
+
+    def __init__(self, *, max_job_size=65535, max_memory=0, version=b"0.0",
+                 batch_limit=1024, binlog_max_size=10485760, arm=None):
+        self.binlog_max_size = binlog_max_size
+        self.next_id = 1
+        self.tube_by_name = {}
+        self.dirty = []
+        self.max_job_size = max_job_size
+        self.max_memory = max_memory or 0
+        self.batch_limit = batch_limit
+        self.draining = False
+        self.armed_at = INT64_MAX
+        self.arm = arm
+        self.started_mono = mono_ns()
+        self.instance_id = os.urandom(8).hex().encode()
+        u = os.uname()
+        self.hostname = u.nodename.encode()
+        self.os_version = u.version.encode()
+        self.machine = u.machine.encode()
+        self.version = version if isinstance(version, bytes) else version.encode()
+        self.wal_on = False
+        self.wal_buf = bytearray()
+        self.binlog = None
+        self.default_tube = self.tube_get(b"default", 7, True)
+        self.tube_incref(self.default_tube)        # default is never freed
+
+    def __dealloc__(self):
+        # Process exit normally frees everything; this matters for tests that
+        # make many engines. Jobs are freed with their tubes' structures.
+        cdef Job *j
+        cdef Job *nxt
+        cdef Py_ssize_t b, i
+        cdef JobTable *t = &self.jobs
+        if t.t0 != NULL:
+            for b in range(t.mask0 + 1):
+                j = t.t0[b]
+                while j != NULL:
+                    Py_XDECREF(j.body)
+                    nxt = j.ht_next
+                    free(j)
+                    j = nxt
+        if t.t1 != NULL:
+            for b in range(t.mask1 + 1):
+                j = t.t1[b]
+                while j != NULL:
+                    Py_XDECREF(j.body)
+                    nxt = j.ht_next
+                    free(j)
+                    j = nxt
+        table_free(t)
+        heap_free(&self.tube_timers)
+        heap_free(&self.ttr_heap)
+        heap_free(&self.conn_timers)
+        for i in range(self.ntubes):
+            heap_free(&self.tubes[i].ready)
+            heap_free(&self.tubes[i].delay)
+            free(self.tubes[i].waiting)
+            Py_XDECREF(self.tubes[i].name)
+            free(self.tubes[i])
+        free(self.tubes)
+        free(self.eligible)
+
+    # -- tubes -----------------------------------------------------------------
+
+    cdef Tube *tube_get(self, const char *name, Py_ssize_t n, bint create) except? NULL:
+        cdef Tube *t
+        cdef Tube **tubes
+        key = PyBytes_FromStringAndSize(name, n)
+        addr = self.tube_by_name.get(key)
+        if addr is not None:
+            return <Tube *><size_t>addr
+        if not create:
+            return NULL
+        t = <Tube *>calloc(1, sizeof(Tube))
+        if t == NULL:
+            raise MemoryError()
+        if self.ntubes == self.captubes:
+            tubes = <Tube **>realloc(self.tubes, (self.captubes * 2 + 8) * sizeof(Tube *))
+            if tubes == NULL:
+                free(t)
+                raise MemoryError()
+            self.tubes = tubes
+            self.captubes = self.captubes * 2 + 8
+        t.name = <PyObject *>key
+        Py_INCREF(key)
+        heap_init(&t.ready, _ready_less, _job_setpos)
+        heap_init(&t.delay, _deadline_less, _job_setpos)
+        t.timer_index = -1
+        t.elig_index = -1
+        t.list_index = self.ntubes
+        self.tubes[self.ntubes] = t
+        self.ntubes += 1
+        self.tube_by_name[key] = <size_t>t
+        return t
+
+    cdef void tube_incref(self, Tube *t) noexcept:
+        t.refs += 1
+
+    cdef void tube_decref(self, Tube *t):
+        cdef Tube *last
+        t.refs -= 1
+        if t.refs > 0:
+            return
+        # Unused and empty: forget it, pause and counters included (reference §3.8).
+        del self.tube_by_name[<object>t.name]
+        last = self.tubes[self.ntubes - 1]
+        self.tubes[t.list_index] = last
+        last.list_index = t.list_index
+        self.ntubes -= 1
+        if t.timer_index >= 0:
+            heap_remove(&self.tube_timers, t.timer_index)
+        if t.elig_index >= 0:
+            self._elig_remove(t)
+        heap_free(&t.ready)
+        heap_free(&t.delay)
+        free(t.waiting)
+        Py_DECREF(<object>t.name)
+        free(t)
+
+    cdef void _elig_remove(self, Tube *t) noexcept:
+        cdef Tube *last = self.eligible[self.neligible - 1]
+        self.eligible[t.elig_index] = last
+        last.elig_index = t.elig_index
+        self.neligible -= 1
+        t.elig_index = -1
+
+    cdef void tube_update(self, Tube *t) noexcept:
+        # Keep core.eligible = tubes a reservation could be made from now.
+        cdef bint elig = t.nwaiting > 0 and t.ready.len > 0 and t.pause_ns == 0
+        cdef Tube **arr
+        if elig and t.elig_index < 0:
+            if self.neligible == self.capeligible:
+                arr = <Tube **>realloc(self.eligible, (self.capeligible * 2 + 8) * sizeof(Tube *))
+                if arr == NULL:
+                    return      # process_queue will simply not see it until the next change
+                self.eligible = arr
+                self.capeligible = self.capeligible * 2 + 8
+            t.elig_index = self.neligible
+            self.eligible[self.neligible] = t
+            self.neligible += 1
+        elif not elig and t.elig_index >= 0:
+            self._elig_remove(t)
+
+    cdef int tube_retime(self, Tube *t) except -1:
+        # The tube's timer: its soonest delayed job, or the end of its pause.
+        cdef int64_t at = INT64_MAX
+        if t.delay.len:
+            at = (<Job *>t.delay.items[0]).deadline
+        if t.pause_ns and t.unpause_at < at:
+            at = t.unpause_at
+        if at == INT64_MAX:
+            if t.timer_index >= 0:
+                heap_remove(&self.tube_timers, t.timer_index)
+            return 0
+        t.timer_at = at
+        if t.timer_index >= 0:
+            heap_fix(&self.tube_timers, t.timer_index)
+        else:
+            heap_insert(&self.tube_timers, t)
+        return 0
+
+    # -- jobs ------------------------------------------------------------------
+
+    cdef Job *job_new(self, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
+                      Tube *t, object body) except NULL:
+        cdef Job *j = <Job *>calloc(1, sizeof(Job))
+        if j == NULL:
+            raise MemoryError()
+        j.id = id
+        j.pri = pri
+        j.delay_ns = delay_ns
+        j.ttr_ns = ttr_ns
+        j.created_wall = wall_ns()
+        j.tube = t
+        j.heap_index = -1
+        j.body = <PyObject *>body
+        Py_INCREF(body)
+        self.tube_incref(t)
+        table_insert(&self.jobs, j)
+        return j
+
+    cdef void job_free(self, Job *j):
+        table_remove(&self.jobs, j)
+        self.mem_used -= PyBytes_GET_SIZE(<object>j.body) + JOB_OVERHEAD
+        Py_DECREF(<object>j.body)
+        self.tube_decref(j.tube)
+        free(j)
+
+    cdef int job_unlink(self, Job *j) except -1:
+        # Take j out of whatever holds it in its current state.
+        cdef Tube *t = j.tube
+        cdef Conn c
+        if j.state == JOB_READY:
+            heap_remove(&t.ready, j.heap_index)
+            self.ready_ct -= 1
+            if j.pri < URGENT_PRI:
+                self.urgent_ct -= 1
+                t.urgent_ct -= 1
+            self.tube_update(t)
+        elif j.state == JOB_DELAYED:
+            heap_remove(&t.delay, j.heap_index)
+            self.delayed_ct -= 1
+            self.tube_retime(t)
+        elif j.state == JOB_BURIED:
+            if j.prev != NULL:
+                j.prev.next = j.next
+            else:
+                t.buried_head = j.next
+            if j.next != NULL:
+                j.next.prev = j.prev
+            else:
+                t.buried_tail = j.prev
+            t.buried_ct -= 1
+            self.buried_ct -= 1
+        elif j.state == JOB_RESERVED:
+            c = <Conn>j.owner
+            if j.prev != NULL:
+                j.prev.next = j.next
+            else:
+                c.res_head = j.next
+            if j.next != NULL:
+                j.next.prev = j.prev
+            c.nreserved -= 1
+            if c.soonest == j:
+                c.soonest = NULL
+            heap_remove(&self.ttr_heap, j.heap_index)
+            j.owner = NULL
+            t.reserved_ct -= 1
+            self.reserved_ct -= 1
+        j.prev = j.next = NULL
+        j.heap_index = -1
+        j.state = JOB_INVALID
+        return 0
+
+    cdef int job_make_ready(self, Job *j) except -1:
+        cdef Tube *t = j.tube
+        j.state = JOB_READY
+        heap_insert(&t.ready, j)
+        self.ready_ct += 1
+        if j.pri < URGENT_PRI:
+            self.urgent_ct += 1
+            t.urgent_ct += 1
+        self.tube_update(t)
+        # Serve waiters job by job, as beanstalkd does: with several waiters,
+        # which one gets which job depends on it.
+        if self.neligible:
+            self.process_queue()
+        return 0
+
+    cdef int job_make_delayed(self, Job *j, int64_t deadline) except -1:
+        cdef Tube *t = j.tube
+        j.state = JOB_DELAYED
+        j.deadline = deadline
+        heap_insert(&t.delay, j)
+        self.delayed_ct += 1
+        if j.heap_index == 0:
+            self.tube_retime(t)
+        return 0
+
+    cdef int job_bury(self, Job *j) except -1:
+        cdef Tube *t = j.tube
+        j.state = JOB_BURIED
+        j.bury_ct += 1
+        j.next = NULL
+        j.prev = t.buried_tail
+        if t.buried_tail != NULL:
+            t.buried_tail.next = j
+        else:
+            t.buried_head = j
+        t.buried_tail = j
+        t.buried_ct += 1
+        self.buried_ct += 1
+        return 0
+
+    cdef int job_reserve(self, Conn c, Job *j, int64_t now) except -1:
+        j.state = JOB_RESERVED
+        j.deadline = now + j.ttr_ns
+        j.reserve_ct += 1
+        j.owner = <PyObject *>c
+        j.prev = NULL
+        j.next = c.res_head
+        if c.res_head != NULL:
+            c.res_head.prev = j
+        c.res_head = j
+        c.nreserved += 1
+        if c.nreserved == 1 or (c.soonest != NULL and j.deadline < c.soonest.deadline):
+            c.soonest = j
+        heap_insert(&self.ttr_heap, j)
+        j.tube.reserved_ct += 1
+        self.reserved_ct += 1
+        return 0
+
+    # -- reservations ----------------------------------------------------------
+
+    cdef Job *conn_soonest(self, Conn c) noexcept:
+        cdef Job *j
+        if c.nreserved == 0:
+            return NULL
+        if c.soonest == NULL:
+            j = c.res_head
+            c.soonest = j
+            while j != NULL:
+                if j.deadline < c.soonest.deadline:
+                    c.soonest = j
+                j = j.next
+        return c.soonest
+
+    cdef bint _deadline_soon(self, Conn c, int64_t now) noexcept:
+        cdef Job *j = self.conn_soonest(c)
+        return j != NULL and now >= j.deadline - MARGIN
+
+    cdef bint _conn_ready(self, Conn c) noexcept:
+        # Any watched tube with a ready job, paused or not (as beanstalkd).
+        cdef Py_ssize_t i
+        for i in range(c.nwatch):
+            if c.watch[i].tube.ready.len:
+                return True
+        return False
+
+    cdef int waiting_add(self, Conn c) except -1:
+        cdef Py_ssize_t i
+        cdef Tube *t
+        cdef Waiter *w
+        for i in range(c.nwatch):
+            t = c.watch[i].tube
+            if t.nwaiting == t.capwaiting:
+                w = <Waiter *>realloc(t.waiting, (t.capwaiting * 2 + 4) * sizeof(Waiter))
+                if w == NULL:
+                    raise MemoryError()
+                t.waiting = w
+                t.capwaiting = t.capwaiting * 2 + 4
+        c.waiting = True
+        self.waiting_ct += 1
+        for i in range(c.nwatch):
+            t = c.watch[i].tube
+            t.waiting[t.nwaiting].conn = <PyObject *>c
+            t.waiting[t.nwaiting].slot = i
+            c.watch[i].wpos = t.nwaiting
+            t.nwaiting += 1
+            self.tube_update(t)
+        return 0
+
+    cdef void _waiter_drop(self, Tube *t, Py_ssize_t k) noexcept:
+        # Remove entry k of t.waiting by moving the last entry into its place.
+        cdef Waiter *last
+        cdef Conn moved
+        t.nwaiting -= 1
+        if k != t.nwaiting:
+            last = &t.waiting[t.nwaiting]
+            t.waiting[k] = last[0]
+            moved = <Conn>t.waiting[k].conn
+            moved.watch[t.waiting[k].slot].wpos = k
+        self.tube_update(t)
+
+    cdef void waiting_remove(self, Conn c) noexcept:
+        cdef Py_ssize_t i
+        if not c.waiting:
+            return
+        c.waiting = False
+        self.waiting_ct -= 1
+        c.timeout_at = -1
+        for i in range(c.nwatch):
+            if c.watch[i].wpos >= 0:
+                self._waiter_drop(c.watch[i].tube, c.watch[i].wpos)
+                c.watch[i].wpos = -1
+        if c.timer.index >= 0:
+            heap_remove(&self.conn_timers, c.timer.index)
+
+    cdef Conn _waiter_take(self, Tube *t):
+        # beanstalkd's pick: a rotating index into an array with swap-removal.
+        cdef Py_ssize_t k
+        cdef Conn c
+        t.wrot = t.wrot % t.nwaiting
+        k = t.wrot
+        c = <Conn>t.waiting[k].conn
+        c.watch[t.waiting[k].slot].wpos = -1
+        self._waiter_drop(t, k)
+        t.wrot += 1
+        self.waiting_remove(c)
+        return c
+
+    cdef int process_queue(self) except -1:
+        # Match ready jobs with waiting connections until no tube has both.
+        cdef Py_ssize_t i
+        cdef Tube *best
+        cdef Tube *t
+        cdef Job *j
+        cdef Conn c
+        cdef int64_t now = 0
+        while self.neligible:
+            best = self.eligible[0]
+            for i in range(1, self.neligible):
+                t = self.eligible[i]
+                if _ready_less(t.ready.items[0], best.ready.items[0]):
+                    best = t
+            j = <Job *>best.ready.items[0]
+            self.job_unlink(j)
+            c = self._waiter_take(best)
+            if now == 0:
+                now = mono_ns()
+            self.job_reserve(c, j, now)
+            c.out_job(b"RESERVED", 8, j)
+            self._touched(c)
+        return 0
+
+    cdef inline void _touched(self, Conn c):
+        # c got output outside its own run(): flush it (and run what it has
+        # buffered) once the current work is done.
+        if not c.in_run and not c.dirty:
+            c.dirty = True
+            self.dirty.append(c)
+
+    cdef int conn_retime(self, Conn c, int64_t now) except -1:
+        # A waiting connection's timer: its reserve timeout, or the start of
+        # the DEADLINE_SOON margin of its soonest reserved job.
+        cdef int64_t at = INT64_MAX
+        cdef Job *j
+        if c.waiting:
+            if c.timeout_at >= 0:
+                at = c.timeout_at
+            j = self.conn_soonest(c)
+            if j != NULL and j.deadline - MARGIN < at:
+                at = j.deadline - MARGIN
+        if at == INT64_MAX:
+            if c.timer.index >= 0:
+                heap_remove(&self.conn_timers, c.timer.index)
+            return 0
+        c.timer.at = at
+        if c.timer.index >= 0:
+            heap_fix(&self.conn_timers, c.timer.index)
+        else:
+            heap_insert(&self.conn_timers, &c.timer)
+        return 0
+
+    # -- timers ----------------------------------------------------------------
+
+    cdef int64_t _next_deadline(self) noexcept:
+        cdef int64_t at = INT64_MAX
+        cdef int64_t x
+        if self.tube_timers.len:
+            at = (<Tube *>self.tube_timers.items[0]).timer_at
+        if self.ttr_heap.len:
+            x = (<Job *>self.ttr_heap.items[0]).deadline
+            if x < at:
+                at = x
+        if self.conn_timers.len:
+            x = (<ConnTimer *>self.conn_timers.items[0]).at
+            if x < at:
+                at = x
+        return at
+
+    cdef int rearm(self) except -1:
+        # Ask the Python layer for an earlier wake-up if something new is due
+        # before the one already armed.
+        cdef int64_t at = self._next_deadline()
+        cdef int64_t now
+        if at < self.armed_at:
+            self.armed_at = at
+            if self.arm is not None:
+                now = mono_ns()
+                self.arm(0.0 if at <= now else (at - now) / 1e9)
+        return 0
+
+    def tick(self, Py_ssize_t budget=100000):
+        """Do what is due: delays, pauses, TTRs, reserve timeouts.
+
+        At most `budget` jobs or connections are handled; returns the delay in
+        seconds until the next call is needed (0.0 when work is left over), or
+        None when nothing is scheduled.
+        """
+        cdef int64_t now = mono_ns()
+        cdef Tube *t
+        cdef Job *j
+        cdef ConnTimer *ct
+        cdef Conn c
+        cdef Py_ssize_t done = 0
+        while self.tube_timers.len and done < budget:
+            t = <Tube *>self.tube_timers.items[0]
+            if t.timer_at > now:
+                break
+            while t.delay.len and done < budget:
+                j = <Job *>t.delay.items[0]
+                if j.deadline > now:
+                    break
+                self.job_unlink(j)
+                self.job_make_ready(j)
+                done += 1
+            if t.pause_ns and t.unpause_at <= now:
+                t.pause_ns = 0
+                self.tube_update(t)
+                if self.neligible:
+                    self.process_queue()
+            self.tube_retime(t)
+        while self.ttr_heap.len and done < budget:
+            j = <Job *>self.ttr_heap.items[0]
+            if j.deadline > now:
+                break
+            c = <Conn>j.owner
+            self.job_unlink(j)
+            j.timeout_ct += 1
+            self.job_timeouts += 1
+            self.job_make_ready(j)
+            if c.waiting:
+                self.conn_retime(c, now)
+            done += 1
+        while self.conn_timers.len and done < budget:
+            ct = <ConnTimer *>self.conn_timers.items[0]
+            if ct.at > now:
+                break
+            c = <Conn>ct.conn
+            heap_remove(&self.conn_timers, 0)
+            done += 1
+            if not c.waiting:
+                continue
+            if self._deadline_soon(c, now):
+                self.waiting_remove(c)
+                c.out(b"DEADLINE_SOON\r\n", 15)
+                self._touched(c)
+            elif c.timeout_at >= 0 and now >= c.timeout_at:
+                self.waiting_remove(c)
+                c.out(b"TIMED_OUT\r\n", 11)
+                self._touched(c)
+            else:
+                self.conn_retime(c, now)
+        self.flush_dirty()
+        if done >= budget:
+            self.armed_at = now
+            return 0.0
+        self.armed_at = self._next_deadline()
+        if self.armed_at == INT64_MAX:
+            return None
+        now = mono_ns()
+        return 0.0 if self.armed_at <= now else (self.armed_at - now) / 1e9
+
+    # -- connections -----------------------------------------------------------
+
+    def connect(self, write, writelines, close, set_reading, later):
+        """A new client. The callables are its transport's: write(bytes),
+        writelines(list), close(), set_reading(bool), later() (call run_later
+        on the next loop turn)."""
+        cdef Conn c = Conn.__new__(Conn)
+        c.core = self
+        c.parser = Parser()
+        c.write = write
+        c.writelines = writelines
+        c.close_cb = close
+        c.reading_cb = set_reading
+        c.later_cb = later
+        c.chunks = []
+        c.writable = True
+        c.timeout_at = -1
+        c.timer.index = -1
+        c.timer.conn = <PyObject *>c
+        c.use = self.default_tube
+        self.tube_incref(c.use)
+        c.use.using_ct += 1
+        c.watch = <Watch *>malloc(4 * sizeof(Watch))
+        if c.watch == NULL:
+            raise MemoryError()
+        c.capwatch = 4
+        c.watch[0].tube = self.default_tube
+        c.watch[0].wpos = -1
+        c.nwatch = 1
+        self.tube_incref(self.default_tube)
+        self.default_tube.watching_ct += 1
+        self.conn_ct += 1
+        self.total_conns += 1
+        return c
+
+    cdef int conn_release(self, Conn c) except -1:
+        # The connection is gone (closed, quit, lost): undo everything it holds.
+        cdef Job *j
+        cdef Py_ssize_t i
+        cdef int64_t now
+        if c.closed:
+            return 0
+        c.closed = True
+        self.waiting_remove(c)
+        if c.timer.index >= 0:
+            heap_remove(&self.conn_timers, c.timer.index)
+        while c.res_head != NULL:
+            j = c.res_head
+            self.job_unlink(j)
+            self.job_make_ready(j)
+        if c.put_cost:
+            self.mem_used -= c.put_cost
+            c.put_cost = 0
+        c.use.using_ct -= 1
+        self.tube_decref(c.use)
+        c.use = NULL
+        for i in range(c.nwatch):
+            c.watch[i].tube.watching_ct -= 1
+            self.tube_decref(c.watch[i].tube)
+        c.nwatch = 0
+        if c.producer:
+            self.producer_ct -= 1
+        if c.worker:
+            self.worker_ct -= 1
+        self.conn_ct -= 1
+        c.parser.discard_input()
+        self.flush_dirty()
+        self.rearm()
+        return 0
+
+    cdef int run(self, Conn c) except -1:
+        # Execute c's buffered commands until it blocks, runs dry or uses
+        # up its batch; then write everything it has to say in one call.
+        cdef Cmd cmd
+        cdef int n = 0
+        if c.in_run:
+            return 0
+        c.in_run = True
+        try:
+            while not c.waiting and not c.closed and c.writable:
+                if n >= self.batch_limit:
+                    if not c.later_pending:
+                        c.later_pending = True
+                        c.later_cb()
+                    break
+                if not c.parser.next(&cmd):
+                    if c.eof:
+                        c.quitting = True
+                    break
+                self.dispatch(c, &cmd)
+                n += 1
+        finally:
+            c.in_run = False
+        c.flush()
+        if c.quitting and not c.closed:
+            self.conn_release(c)
+            c.close_cb()
+        elif not c.closed:
+            c.update_reading()
+        return 0
+
+    cdef int flush_dirty(self) except -1:
+        cdef Conn c
+        while self.dirty:
+            c = self.dirty.pop()
+            c.dirty = False
+            self.run(c)
+        return 0
+
+    # -- commands --------------------------------------------------------------
+
+    cdef int dispatch(self, Conn c, Cmd *cmd) except -1:
+        cdef int op = cmd.op
+        cdef Job *j
+        cdef Tube *t
+        cdef int64_t now
+        cdef Py_ssize_t i, cost
+        cdef uint32_t k
+        if op <= OP_PAUSE_TUBE:
+            self.cmd_ct[op] += 1
+
+        if op == OP_PUT:
+            if cmd.nbytes > <uint64_t>self.max_job_size:
+                c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
+                return 0
+            if cmd.garbage:
+                c.parser.no_body()
+                return c.out(b"BAD_FORMAT\r\n", 12)
+            if not c.producer:
+                c.producer = True
+                self.producer_ct += 1
+            cost = <Py_ssize_t>cmd.nbytes + 2 + JOB_OVERHEAD
+            if self.max_memory and self.mem_used + cost > self.max_memory:
+                c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
+                return 0
+            try:
+                c.parser.accept_body(<Py_ssize_t>cmd.nbytes + 2)
+            except MemoryError:
+                c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
+                return 0
+            self.mem_used += cost
+            c.put_cost = cost
+            c.put_id = self.next_id
+            self.next_id += 1
+            c.put_pri = cmd.pri
+            c.put_delay = cmd.delay
+            c.put_ttr = cmd.ttr if cmd.ttr > 0 else 1
+            return 0
+
+        if op == OP_PUT_BODY:
+            cost = c.put_cost
+            c.put_cost = 0
+            if cmd.err != ERR_NONE or self.draining:
+                self.mem_used -= cost
+                if cmd.body != NULL:
+                    Py_DECREF(<object>cmd.body)
+                return c.out(b"DRAINING\r\n", 10) if cmd.err == ERR_NONE else c.out_err(cmd.err)
+            body = <object>cmd.body
+            Py_DECREF(body)             # <object> took its own reference
+            j = self.job_new(c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
+                             <int64_t>c.put_ttr * SEC, c.use, body)
+            self.total_jobs += 1
+            c.use.total_jobs += 1
+            if c.put_delay:
+                self.job_make_delayed(j, mono_ns() + <int64_t>c.put_delay * SEC)
+            if self.wal_on:
+                self.wal_record(j, True)
+            if not c.put_delay:
+                self.job_make_ready(j)
+            return c.out_u64(b"INSERTED", 8, j.id)
+
+        if op == OP_SKIPPED:
+            return c.out_err(cmd.err)
+
+        if op == OP_RESERVE or op == OP_RESERVE_TIMEOUT:
+            if not c.worker:
+                c.worker = True
+                self.worker_ct += 1
+            now = mono_ns()
+            if self._deadline_soon(c, now) and not self._conn_ready(c):
+                return c.out(b"DEADLINE_SOON\r\n", 15)
+            c.timeout_at = now + <int64_t>cmd.timeout * SEC if cmd.timeout >= 0 else -1
+            self.waiting_add(c)
+            self.process_queue()
+            if c.waiting:
+                if c.eof or cmd.timeout == 0:
+                    # beanstalkd answers these on its next loop pass
+                    self.waiting_remove(c)
+                    if self._deadline_soon(c, now):
+                        return c.out(b"DEADLINE_SOON\r\n", 15)
+                    return c.out(b"TIMED_OUT\r\n", 11)
+                self.conn_retime(c, now)
+            return 0
+
+        if op == OP_DELETE:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL or j.state == JOB_INVALID or (
+                    j.state == JOB_RESERVED and j.owner != <PyObject *>c):
+                return c.out(b"NOT_FOUND\r\n", 11)
+            self.job_unlink(j)
+            j.tube.cmd_delete += 1
+            if self.wal_on:
+                self.wal_record(j, False)
+            self.job_free(j)
+            return c.out(b"DELETED\r\n", 9)
+
+        if op == OP_RELEASE:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            self.job_unlink(j)
+            j.pri = cmd.pri
+            j.delay_ns = <int64_t>cmd.delay * SEC
+            j.release_ct += 1
+            if cmd.delay:
+                self.job_make_delayed(j, mono_ns() + j.delay_ns)
+                if self.wal_on:
+                    self.wal_record(j, False)
+            else:
+                self.job_make_ready(j)
+            return c.out(b"RELEASED\r\n", 10)
+
+        if op == OP_BURY:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            self.job_unlink(j)
+            j.pri = cmd.pri
+            self.job_bury(j)
+            if self.wal_on:
+                self.wal_record(j, False)
+            return c.out(b"BURIED\r\n", 8)
+
+        if op == OP_TOUCH:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            j.deadline = mono_ns() + j.ttr_ns
+            heap_fix(&self.ttr_heap, j.heap_index)
+            c.soonest = NULL
+            return c.out(b"TOUCHED\r\n", 9)
+
+        if op == OP_PEEK:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            return c.out_job(b"FOUND", 5, j)
+
+        if op == OP_PEEK_READY or op == OP_PEEK_DELAYED or op == OP_PEEK_BURIED:
+            t = c.use
+            j = NULL
+            if op == OP_PEEK_READY and t.ready.len:
+                j = <Job *>t.ready.items[0]
+            elif op == OP_PEEK_DELAYED and t.delay.len:
+                j = <Job *>t.delay.items[0]
+            elif op == OP_PEEK_BURIED:
+                j = t.buried_head
+            if j == NULL:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            return c.out_job(b"FOUND", 5, j)
+
+        if op == OP_RESERVE_JOB:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL or j.state == JOB_RESERVED or j.state == JOB_INVALID:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            self.job_unlink(j)
+            if not c.worker:
+                c.worker = True
+                self.worker_ct += 1
+            self.job_reserve(c, j, mono_ns())
+            return c.out_job(b"RESERVED", 8, j)
+
+        if op == OP_KICK:
+            return self._kick(c, cmd.bound)
+
+        if op == OP_KICK_JOB:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL or (j.state != JOB_BURIED and j.state != JOB_DELAYED):
+                return c.out(b"NOT_FOUND\r\n", 11)
+            self._kick_one(j)
+            return c.out(b"KICKED\r\n", 8)
+
+        if op == OP_USE:
+            t = self.tube_get(cmd.name, cmd.name_len, True)
+            self.tube_incref(t)
+            c.use.using_ct -= 1
+            self.tube_decref(c.use)
+            c.use = t
+            t.using_ct += 1
+            c.out(b"USING ", 6)
+            c.out_str(<bytes>t.name)
+            return c.out(b"\r\n", 2)
+
+        if op == OP_WATCH:
+            t = self.tube_get(cmd.name, cmd.name_len, True)
+            for i in range(c.nwatch):
+                if c.watch[i].tube == t:
+                    break
+            else:
+                c.add_watch(t)
+            return c.out_u64(b"WATCHING", 8, c.nwatch)
+
+        if op == OP_IGNORE:
+            t = self.tube_get(cmd.name, cmd.name_len, False)
+            for i in range(c.nwatch):
+                if t != NULL and c.watch[i].tube == t:
+                    if c.nwatch < 2:
+                        return c.out(b"NOT_IGNORED\r\n", 13)
+                    c.nwatch -= 1
+                    c.watch[i] = c.watch[c.nwatch]
+                    t.watching_ct -= 1
+                    self.tube_decref(t)
+                    break
+            return c.out_u64(b"WATCHING", 8, c.nwatch)
+
+        if op == OP_PAUSE_TUBE:
+            if cmd.err != ERR_NONE:
+                return c.out_err(cmd.err)
+            t = self.tube_get(cmd.name, cmd.name_len, False)
+            if t == NULL:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            # A pause of 0 is 1 ns, so waiters are still woken by the timer.
+            t.pause_ns = <int64_t>cmd.delay * SEC if cmd.delay else 1
+            t.unpause_at = mono_ns() + t.pause_ns
+            t.cmd_pause += 1
+            self.tube_update(t)
+            self.tube_retime(t)
+            return c.out(b"PAUSED\r\n", 8)
+
+        if op == OP_STATS:
+            return c.out_yaml(self._stats_yaml())
+        if op == OP_STATS_JOB:
+            j = table_find(&self.jobs, cmd.id)
+            if j == NULL:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            return c.out_yaml(self._job_yaml(j))
+        if op == OP_STATS_TUBE:
+            t = self.tube_get(cmd.name, cmd.name_len, False)
+            if t == NULL:
+                return c.out(b"NOT_FOUND\r\n", 11)
+            return c.out_yaml(self._tube_yaml(t))
+        if op == OP_LIST_TUBES:
+            return c.out_yaml(b"---\n" + b"".join(
+                [b"- " + <bytes>self.tubes[i].name + b"\n" for i in range(self.ntubes)]))
+        if op == OP_LIST_TUBE_USED:
+            c.out(b"USING ", 6)
+            c.out_str(<bytes>c.use.name)
+            return c.out(b"\r\n", 2)
+        if op == OP_LIST_TUBES_WATCHED:
+            return c.out_yaml(b"---\n" + b"".join(
+                [b"- " + <bytes>c.watch[i].tube.name + b"\n" for i in range(c.nwatch)]))
+        if op == OP_QUIT:
+            c.quitting = True
+            return 0
+        if op == OP_EXT:
+            return c.out_yaml(self._ext_yaml())
+        if op == OP_BAD_FORMAT:
+            return c.out(b"BAD_FORMAT\r\n", 12)
+        return c.out(b"UNKNOWN_COMMAND\r\n", 17)
+
+    cdef int _kick_one(self, Job *j) except -1:
+        self.job_unlink(j)
+        j.kick_ct += 1
+        if self.wal_on:
+            j.state = JOB_READY
+            self.wal_record(j, False)
+        self.job_make_ready(j)
+        return 0
+
+    cdef int _kick(self, Conn c, uint32_t bound) except -1:
+        # Buried jobs first, oldest first; only if there are none, delayed
+        # jobs, soonest first. All in the used tube.
+        cdef Tube *t = c.use
+        cdef uint32_t n = 0
+        if t.buried_ct:
+            while n < bound and t.buried_head != NULL:
+                self._kick_one(t.buried_head)
+                n += 1
+        else:
+            while n < bound and t.delay.len:
+                self._kick_one(<Job *>t.delay.items[0])
+                n += 1
+        return c.out_u64(b"KICKED", 6, n)
+
+    # -- YAML --------------------------------------------------------------------
+
+    cdef bytes _stats_yaml(self):
+        cdef rusage ru
+        cdef int i
+        getrusage(RUSAGE_SELF, &ru)
+        b = self.binlog
+        lines = [
+            b"---",
+            b"current-jobs-urgent: %d" % self.urgent_ct,
+            b"current-jobs-ready: %d" % self.ready_ct,
+            b"current-jobs-reserved: %d" % self.reserved_ct,
+            b"current-jobs-delayed: %d" % self.delayed_ct,
+            b"current-jobs-buried: %d" % self.buried_ct,
+        ]
+        for i in range(22):
+            lines.append(b"%s: %d" % (CMD_KEYS[i], self.cmd_ct[i + 1]))
+        lines += [
+            b"job-timeouts: %d" % self.job_timeouts,
+            b"total-jobs: %d" % self.total_jobs,
+            b"max-job-size: %d" % self.max_job_size,
+            b"current-tubes: %d" % self.ntubes,
+            b"current-connections: %d" % self.conn_ct,
+            b"current-producers: %d" % self.producer_ct,
+            b"current-workers: %d" % self.worker_ct,
+            b"current-waiting: %d" % self.waiting_ct,
+            b"total-connections: %d" % self.total_conns,
+            b"pid: %d" % os.getpid(),
+            b'version: "%s"' % self.version,
+            b"rusage-utime: %d.%06d" % (ru.ru_utime.tv_sec, ru.ru_utime.tv_usec),
+            b"rusage-stime: %d.%06d" % (ru.ru_stime.tv_sec, ru.ru_stime.tv_usec),
+            b"uptime: %d" % ((mono_ns() - self.started_mono) // SEC),
+            b"binlog-oldest-index: %d" % (b.oldest_index if b is not None else 0),
+            b"binlog-current-index: %d" % (b.current_index if b is not None else 0),
+            b"binlog-records-migrated: %d" % (b.records_migrated if b is not None else 0),
+            b"binlog-records-written: %d" % (b.records_written if b is not None else 0),
+            b"binlog-max-size: %d" % (b.max_size if b is not None else self.binlog_max_size),
+            b"draining: %s" % (b"true" if self.draining else b"false"),
+            b"id: %s" % self.instance_id,
+            b"hostname: %s" % self.hostname,
+            b"os: %s" % self.os_version,
+            b"platform: %s" % self.machine,
+        ]
+        lines.append(b"")
+        return b"\n".join(lines)
+
+    cdef bytes _job_yaml(self, Job *j):
+        cdef int64_t now = mono_ns()
+        cdef int64_t left = 0
+        if j.state == JOB_RESERVED or j.state == JOB_DELAYED:
+            left = j.deadline - now
+        return b"".join([
+            b"---\nid: %d\ntube: " % j.id, <bytes>j.tube.name,
+            b"\nstate: ", STATE_NAMES[j.state],
+            b"\npri: %d\nage: " % j.pri, _sec(wall_ns() - j.created_wall),
+            b"\ndelay: ", _sec(j.delay_ns),
+            b"\nttr: ", _sec(j.ttr_ns),
+            b"\ntime-left: ", _sec(left),
+            b"\nfile: %d\nreserves: %d\ntimeouts: %d\nreleases: %d\nburies: %d\nkicks: %d\n" % (
+                j.wal_file, j.reserve_ct, j.timeout_ct, j.release_ct, j.bury_ct, j.kick_ct),
+        ])
+
+    cdef bytes _tube_yaml(self, Tube *t):
+        cdef int64_t left = 0
+        if t.pause_ns:
+            left = t.unpause_at - mono_ns()
+        return b"".join([
+            b"---\nname: ", <bytes>t.name,
+            b"\ncurrent-jobs-urgent: %d\ncurrent-jobs-ready: %d\ncurrent-jobs-reserved: %d\n"
+            b"current-jobs-delayed: %d\ncurrent-jobs-buried: %d\ntotal-jobs: %d\n"
+            b"current-using: %d\ncurrent-watching: %d\ncurrent-waiting: %d\n"
+            b"cmd-delete: %d\ncmd-pause-tube: %d\npause: " % (
+                t.urgent_ct, t.ready.len, t.reserved_ct, t.delay.len, t.buried_ct,
+                t.total_jobs, t.using_ct, t.watching_ct, t.nwaiting, t.cmd_delete,
+                t.cmd_pause),
+            _sec(t.pause_ns), b"\npause-time-left: ", _sec(left), b"\n",
+        ])
+
+    cdef bytes _ext_yaml(self):
+        return b"".join([
+            b"---\n",
+            b"max-memory: %d\n" % self.max_memory,
+            b"memory-used: %d\n" % self.mem_used,
+            b"current-jobs: %d\n" % self.jobs.count,
+            b"job-table-buckets: %d\n" % table_buckets(&self.jobs),
+        ])
+
+    cdef int wal_record(self, Job *j, bint full) except -1:
+        # Filled in by the binlog issue; kept here so every logged state
+        # change already calls it.
+        return 0
+
+    # -- Python API (cold) -------------------------------------------------------
+
+    def set_draining(self):
+        self.draining = True
+
+    @property
+    def current_jobs(self):
+        return self.jobs.count
+
+    @property
+    def current_connections(self):
+        return self.conn_ct
+
+    def next_deadline(self):
+        """Seconds until the next timer is due, or None."""
+        cdef int64_t at = self._next_deadline()
+        if at == INT64_MAX:
+            return None
+        return max(0.0, (at - mono_ns()) / 1e9)
+
+
+cdef class Conn:
+    """One client connection's engine state."""
+
+    def __dealloc__(self):
+        free(self.watch)
+        free(self.obuf)
+
+    # -- output --------------------------------------------------------------
+
+    cdef int out(self, const char *s, Py_ssize_t n) except -1:
+        cdef char *buf
+        cdef Py_ssize_t cap
+        if self.olen + n > self.ocap:
+            cap = self.ocap * 2 if self.ocap else 256
+            while cap < self.olen + n:
+                cap *= 2
+            buf = <char *>realloc(self.obuf, cap)
+            if buf == NULL:
+                raise MemoryError()
+            self.obuf = buf
+            self.ocap = cap
+        memcpy(self.obuf + self.olen, s, n)
+        self.olen += n
+        return 0
+
+    cdef int out_str(self, bytes s) except -1:
+        return self.out(PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
+
+    cdef int out_err(self, int err) except -1:
+        cdef const char *s = _err_text(err)
+        cdef Py_ssize_t n = 0
+        while s[n]:
+            n += 1
+        return self.out(s, n)
+
+    cdef int out_u64(self, const char *word, Py_ssize_t wn, uint64_t v) except -1:
+        cdef char num[32]
+        cdef int n = snprintf(num, sizeof(num), " %llu\r\n", <unsigned long long>v)
+        self.out(word, wn)
+        return self.out(num, n)
+
+    cdef int out_job(self, const char *word, Py_ssize_t wn, Job *j) except -1:
+        # "<word> <id> <bytes>\r\n" then the stored body, which ends in CRLF.
+        cdef char num[64]
+        cdef object body = <object>j.body
+        cdef int n = snprintf(num, sizeof(num), " %llu %lld\r\n", <unsigned long long>j.id,
+                              <long long>(PyBytes_GET_SIZE(body) - 2))
+        self.out(word, wn)
+        self.out(num, n)
+        self.chunks.append(PyBytes_FromStringAndSize(self.obuf, self.olen))
+        self.olen = 0
+        self.chunks.append(body)
+        return 0
+
+    cdef int out_yaml(self, bytes doc) except -1:
+        cdef char num[32]
+        cdef int n = snprintf(num, sizeof(num), "OK %lld\r\n", <long long>PyBytes_GET_SIZE(doc))
+        self.out(num, n)
+        self.out_str(doc)
+        return self.out(b"\r\n", 2)
+
+    cdef int flush(self) except -1:
+        if self.closed:
+            self.olen = 0
+            self.chunks = []
+            return 0
+        if self.chunks:
+            if self.olen:
+                self.chunks.append(PyBytes_FromStringAndSize(self.obuf, self.olen))
+                self.olen = 0
+            chunks = self.chunks
+            self.chunks = []
+            self.writelines(chunks)
+        elif self.olen:
+            data = PyBytes_FromStringAndSize(self.obuf, self.olen)
+            self.olen = 0
+            self.write(data)
+        if self.ocap > 65536:
+            # a burst of big replies: give the memory back
+            free(self.obuf)
+            self.obuf = NULL
+            self.ocap = 0
+        return 0
+
+    cdef int add_watch(self, Tube *t) except -1:
+        cdef Watch *w
+        if self.nwatch == self.capwatch:
+            w = <Watch *>realloc(self.watch, self.capwatch * 2 * sizeof(Watch))
+            if w == NULL:
+                raise MemoryError()
+            self.watch = w
+            self.capwatch *= 2
+        self.watch[self.nwatch].tube = t
+        self.watch[self.nwatch].wpos = -1
+        self.nwatch += 1
+        t.watching_ct += 1
+        self.core.tube_incref(t)
+        return 0
+
+    cdef void update_reading(self):
+        # Read while there is room: stop when commands pile up unprocessed
+        # (blocked reserve, slow reader, batch left over), resume when they drain.
+        cdef Py_ssize_t buffered = self.parser.buffered()
+        cdef bint want
+        if self.reading_paused:
+            want = buffered < READ_LOW and self.writable and not self.later_pending
+        else:
+            want = buffered < READ_HIGH and self.writable and not self.later_pending
+        if want == self.reading_paused:
+            self.reading_paused = not want
+            self.reading_cb(want)
+
+    # -- Python API (called by the protocol) ------------------------------------
+
+    def feed(self, data):
+        """Bytes from one read: run every complete command, write the replies."""
+        cdef Core core = self.core
+        if self.closed:
+            return
+        self.parser.feed(data)
+        core.run(self)
+        if core.dirty:
+            core.flush_dirty()
+        core.rearm()
+
+    def run_later(self):
+        """The batch left over from an earlier turn."""
+        cdef Core core = self.core
+        self.later_pending = False
+        if self.closed:
+            return
+        core.run(self)
+        if core.dirty:
+            core.flush_dirty()
+        core.rearm()
+
+    def set_writable(self, bint writable):
+        """The transport's buffer crossed its high (False) or low (True) mark."""
+        cdef Core core = self.core
+        self.writable = writable
+        if self.closed:
+            return
+        if writable:
+            core.run(self)
+            if core.dirty:
+                core.flush_dirty()
+            core.rearm()
+        else:
+            self.update_reading()
+
+    def got_eof(self):
+        """The peer shut down its sending side."""
+        cdef Core core = self.core
+        if self.closed:
+            return
+        self.eof = True
+        if self.waiting:
+            # beanstalkd answers a blocked reserve with TIMED_OUT on hang-up
+            core.waiting_remove(self)
+            self.out(b"TIMED_OUT\r\n", 11)
+        core.run(self)
+        if core.dirty:
+            core.flush_dirty()
+        core.rearm()
+
+    def lost(self):
+        """The connection is gone: its reserved jobs go back to ready."""
+        self.core.conn_release(self)
+
+    @property
+    def is_closed(self):
+        return self.closed

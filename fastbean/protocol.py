@@ -1,0 +1,92 @@
+"""ConnProtocol: one per client socket; hands bytes to the engine and back."""
+import asyncio
+import logging
+
+log = logging.getLogger("fastbean")
+
+
+class ConnProtocol(asyncio.Protocol):
+    """Feeds every read to the engine in one call; the engine writes the replies.
+
+    The Python work per read is constant: however many commands a read holds,
+    they are parsed and run in compiled code and their replies leave in one
+    transport call.
+    """
+
+    __slots__ = ("_server", "_transport", "_conn", "_peer")
+
+    def __init__(self, server):
+        self._server = server
+        self._transport = None
+        self._conn = None
+        self._peer = None
+
+    def connection_made(self, transport):
+        server = self._server
+        self._transport = transport
+        if not server.admit(self):
+            transport.abort()
+            return
+        write, writelines = transport.write, transport.writelines
+        if server.verbosity >= 2:
+            write, writelines = self._traced(write, writelines)
+        self._conn = server.core.connect(
+            write, writelines, transport.close, self._set_reading, self._later)
+        if server.verbosity >= 1:
+            self._peer = transport.get_extra_info("peername")
+            log.info("accept %s", self._peer)
+
+    def data_received(self, data):
+        if self._server.verbosity >= 2:
+            log.info("<%s %r", self._peer, bytes(data[:256]))
+        self._conn.feed(data)
+
+    def eof_received(self):
+        if self._conn is not None:
+            self._conn.got_eof()
+        return True         # keep the write side open: the engine closes when it is done
+
+    def connection_lost(self, exc):
+        if self._conn is not None:
+            self._conn.lost()
+            if self._server.verbosity >= 1:
+                log.info("close %s", self._peer)
+        self._server.forget(self)
+
+    def pause_writing(self):
+        self._conn.set_writable(False)
+
+    def resume_writing(self):
+        self._conn.set_writable(True)
+
+    def close(self):
+        """Server shutdown: finish writing what is queued, then close."""
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- callbacks given to the engine ---------------------------------------
+
+    def _set_reading(self, on):
+        transport = self._transport
+        if transport.is_closing():
+            return
+        if on:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
+    def _later(self):
+        self._server.loop.call_soon(self._conn.run_later)
+
+    def _traced(self, write, writelines):
+        peer = lambda: self._peer
+
+        def traced_write(data):
+            log.info(">%s %r", peer(), data[:256])
+            write(data)
+
+        def traced_writelines(chunks):
+            log.info(">%s %r", peer(), b"".join(chunks)[:256])
+            writelines(chunks)
+
+        return traced_write, traced_writelines

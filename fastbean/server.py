@@ -1,0 +1,131 @@
+"""Server: the event loop, listeners, the engine, its one timer, and signals."""
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from fastbean import __version__
+from fastbean._core import Core
+from fastbean.protocol import ConnProtocol
+
+log = logging.getLogger("fastbean")
+
+SHUTDOWN_GRACE = 5.0      # seconds to finish writing to clients on SIGTERM/SIGINT
+
+
+def new_event_loop():
+    """uvloop's loop when it can be had, asyncio's otherwise (said in the log)."""
+    try:
+        import uvloop
+    except ImportError as e:
+        log.warning("uvloop is not available (%s); running on asyncio's event loop", e)
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class Server:
+    def __init__(self, config, loop):
+        self.config = config
+        self.loop = loop
+        self.verbosity = config.verbosity
+        self.core = Core(
+            max_job_size=config.max_job_size,
+            max_memory=config.max_memory or 0,
+            binlog_max_size=config.binlog_size,
+            version=__version__.encode(),
+            arm=self._arm,
+        )
+        self.connections = set()
+        self.listeners = []
+        self._timer = None
+        self._stopping = None
+        self._full_logged = False
+
+    # -- connections ---------------------------------------------------------
+
+    def admit(self, proto):
+        limit = self.config.max_connections
+        if self._stopping is not None:
+            return False
+        if limit is not None and len(self.connections) >= limit:
+            if not self._full_logged:
+                log.warning("connection limit (%d) reached: refusing new connections", limit)
+                self._full_logged = True
+            return False
+        self._full_logged = False
+        self.connections.add(proto)
+        return True
+
+    def forget(self, proto):
+        self.connections.discard(proto)
+        if self._stopping is not None and not self.connections:
+            self._stopping.set()
+
+    # -- the engine's timer ---------------------------------------------------
+
+    def _arm(self, delay):
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay, self._tick)
+
+    def _tick(self):
+        self._timer = None
+        delay = self.core.tick()
+        if self._timer is not None:     # armed again while ticking; tick's answer covers it
+            self._timer.cancel()
+            self._timer = None
+        if delay is not None:
+            self._timer = self.loop.call_later(delay, self._tick)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self, socks):
+        factory = lambda: ConnProtocol(self)
+        for sock in socks:
+            if sock.family == socket.AF_UNIX:
+                srv = await self.loop.create_unix_server(factory, sock=sock, backlog=1024)
+            else:
+                srv = await self.loop.create_server(factory, sock=sock, backlog=1024)
+            self.listeners.append(srv)
+        self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.stop)
+
+    def drain(self):
+        if not self.core.draining:
+            log.warning("entering drain mode")
+        self.core.set_draining()
+
+    def stop(self):
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
+            self.loop.create_task(self._shutdown())
+
+    async def _shutdown(self):
+        log.info("shutting down")
+        for srv in self.listeners:
+            srv.close()
+        for proto in list(self.connections):
+            proto.close()
+        if self.connections:
+            try:
+                await asyncio.wait_for(self._stopping.wait(), SHUTDOWN_GRACE)
+            except asyncio.TimeoutError:
+                log.warning("%d connections still open at exit", len(self.connections))
+        self.loop.stop()
+
+
+def run(config, listeners):
+    """Serve on the given listening sockets until SIGTERM/SIGINT; return the exit status."""
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = Server(config, loop)
+    if config.verbosity:
+        log.info("pid %d", os.getpid())
+    try:
+        loop.run_until_complete(server.start(listeners))
+        loop.run_forever()
+    finally:
+        loop.close()
+    return 0
