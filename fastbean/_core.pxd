@@ -59,8 +59,9 @@ ctypedef struct Job:
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
     PyObject *body            # owned bytes: the body followed by CRLF
-    int32_t wal_file          # binlog file holding the job's latest full record; 0 without binlog
-    int64_t wal_bytes         # binlog bytes this job keeps alive (records + reserved delete space)
+    int64_t wal_file          # binlog file holding the job's latest full record; 0 if none
+    Job *wal_prev             # links in that file's list of owned jobs
+    Job *wal_next
 
 
 # Id -> Job. Chained buckets with incremental resizing: while a resize is
@@ -85,6 +86,35 @@ ctypedef struct Waiter:
 ctypedef struct Watch:
     Tube *tube
     Py_ssize_t wpos           # index in tube.waiting while the conn waits
+
+
+# Binlog record layout, version 7 on x86-64 (reference notes §4.2): natural
+# alignment gives exactly beanstalkd's 80 bytes.
+ctypedef struct Jobrec:
+    uint64_t id
+    uint32_t pri
+    uint32_t pad0
+    int64_t delay             # ns
+    int64_t ttr               # ns
+    int32_t body_size         # body + CRLF
+    int32_t pad1
+    int64_t created_at        # wall ns
+    int64_t deadline_at       # wall ns
+    uint32_t reserve_ct
+    uint32_t timeout_ct
+    uint32_t release_ct
+    uint32_t bury_ct
+    uint32_t kick_ct
+    uint8_t state
+    uint8_t pad2[3]
+
+
+# One binlog file as the engine sees it: which live jobs it holds the latest
+# full record of. A file can be deleted once it and every older file hold none.
+ctypedef struct WalFile:
+    int64_t seq
+    Py_ssize_t njobs
+    Job *head
 
 
 # A waiting connection's place in core.conn_timers (embedded in Conn).
@@ -164,11 +194,24 @@ cdef class Core:
     cdef bytes instance_id
     cdef bytes hostname, os_version, machine, version
 
-    # Binlog (Python owns the files; the engine only encodes records).
+    # Binlog. Python (binlog.py) owns the files; the engine encodes records
+    # into wbuf, keeps the space accounting and knows which file holds what.
     cdef public bint wal_on
-    cdef bytearray wal_buf
-    cdef public object binlog              # object with the stats fields; None without -b
-    cdef public Py_ssize_t binlog_max_size # -s, shown in stats even without -b
+    cdef bytearray wba                # records not yet handed to binlog.py
+    cdef bint wal_pending             # records exist whose replies are being held
+    cdef list held                    # connections whose output waits for the commit
+    cdef public object binlog         # rotate(need) -> capacity, schedule(), oldest_index, current_index
+    cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
+    cdef int64_t wal_cap              # bytes the current file can hold
+    cdef int64_t wal_used             # bytes of it used (written or in wbuf)
+    cdef int64_t wal_resv             # bytes promised to live jobs' future delete records
+    cdef int64_t wal_live             # bytes of the live jobs' latest full records
+    cdef uint64_t wal_written, wal_migrated
+    cdef WalFile *wfiles              # oldest first; the last is the current file
+    cdef Py_ssize_t nwfiles, capwfiles
+    cdef Job *replay_head             # jobs read by replay, in order of first appearance
+    cdef Job *replay_tail
+    cdef uint64_t replay_max_id
 
     # -- internals shared between the included files --
     cdef Tube *tube_get(self, const char *name, Py_ssize_t n, bint create) except? NULL
@@ -198,6 +241,13 @@ cdef class Core:
     cdef int rearm(self) except -1
 
     cdef int wal_record(self, Job *j, bint full) except -1
+    cdef bint wal_room(self, int64_t now_bytes, int64_t extra_resv) except -1
+    cdef int wal_own(self, Job *j) except -1
+    cdef void wal_disown(self, Job *j) noexcept
+    cdef int wal_put(self, char *p, Py_ssize_t n) except -1
+    cdef int release_held_c(self) except -1
+    cdef object _replay_one(self, Jobrec *rec, const char *name, int32_t namelen,
+                            const char *body)
 
     cdef void _elig_remove(self, Tube *t) noexcept
     cdef bint _deadline_soon(self, Conn c, int64_t now) noexcept
@@ -233,6 +283,9 @@ cdef class Conn:
     cdef Job *soonest                 # cached soonest TTR among them, or NULL if unknown
 
     cdef bint producer, worker, waiting, closed, eof, quitting, in_run, dirty
+    cdef bint held                    # output waits in core.held for the binlog commit
+    cdef bint lost                    # the transport is gone: output goes nowhere
+    cdef bint close_after             # close the transport once held output is out
     cdef bint writable                # False while the transport's buffer is over its high mark
     cdef bint reading_paused, later_pending
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none

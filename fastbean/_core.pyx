@@ -5,13 +5,14 @@ import os
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memcmp, memset
+from libc.string cimport memcpy, memcmp, memset, memmove
 from libc.stdio cimport snprintf
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 
 from fastbean._parser cimport (
     Parser, Cmd, OP_NONE, OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
@@ -25,6 +26,7 @@ from fastbean._parser cimport (
 
 include "_heap.pxi"
 include "_table.pxi"
+include "_wal.pxi"
 
 cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent
@@ -108,6 +110,12 @@ CMD_KEYS = [b"cmd-put", b"cmd-peek", b"cmd-peek-ready", b"cmd-peek-delayed",
             b"cmd-list-tube-used", b"cmd-list-tubes-watched", b"cmd-pause-tube"]
 
 
+cdef inline bint _name_byte(char c) noexcept:
+    return ((c'a' <= c <= c'z') or (c'A' <= c <= c'Z') or (c'0' <= c <= c'9')
+            or c == c'-' or c == c'+' or c == c'/' or c == c';' or c == c'.'
+            or c == c'$' or c == c'_' or c == c'(' or c == c')')
+
+
 cdef inline bytes _sec(int64_t ns):
     # whole seconds, truncated toward zero as C division does
     cdef int64_t s = ns // SEC if ns >= 0 else -((-ns) // SEC)
@@ -146,7 +154,8 @@ cdef class Core:
         self.machine = u.machine.encode()
         self.version = version if isinstance(version, bytes) else version.encode()
         self.wal_on = False
-        self.wal_buf = bytearray()
+        self.wba = bytearray()
+        self.held = []
         self.binlog = None
         self.default_tube = self.tube_get(b"default", 7, True)
         self.tube_incref(self.default_tube)        # default is never freed
@@ -755,7 +764,10 @@ cdef class Core:
         c.flush()
         if c.quitting and not c.closed:
             self.conn_release(c)
-            c.close_cb()
+            if c.held:
+                c.close_after = True      # after the binlog commit lets its replies out
+            else:
+                c.close_cb()
         elif not c.closed:
             c.update_reading()
         return 0
@@ -818,14 +830,22 @@ cdef class Core:
                 return c.out(b"DRAINING\r\n", 10) if cmd.err == ERR_NONE else c.out_err(cmd.err)
             body = <object>cmd.body
             Py_DECREF(body)             # <object> took its own reference
+            if self.wal_on and not self.wal_room(
+                    4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(body),
+                    WAL_SHORT):
+                self.mem_used -= cost         # no room on disk: the id stays burned
+                return c.out(b"OUT_OF_MEMORY\r\n", 15)
             j = self.job_new(c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
                              <int64_t>c.put_ttr * SEC, c.use, body)
             self.total_jobs += 1
             c.use.total_jobs += 1
             if c.put_delay:
                 self.job_make_delayed(j, mono_ns() + <int64_t>c.put_delay * SEC)
+            else:
+                j.state = JOB_READY
             if self.wal_on:
                 self.wal_record(j, True)
+                self.wal_resv += WAL_SHORT
             if not c.put_delay:
                 self.job_make_ready(j)
             return c.out_u64(b"INSERTED", 8, j.id)
@@ -860,8 +880,11 @@ cdef class Core:
                 return c.out(b"NOT_FOUND\r\n", 11)
             self.job_unlink(j)
             j.tube.cmd_delete += 1
-            if self.wal_on:
+            if self.wal_on and j.wal_file:
+                # spends the space reserved at put time; cannot fail for room
                 self.wal_record(j, False)
+                self.wal_resv -= WAL_SHORT
+                self.wal_disown(j)
             self.job_free(j)
             return c.out(b"DELETED\r\n", 9)
 
@@ -869,6 +892,8 @@ cdef class Core:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
                 return c.out(b"NOT_FOUND\r\n", 11)
+            if cmd.delay and self.wal_on and not self.wal_room(WAL_SHORT, 0):
+                return c.out(b"OUT_OF_MEMORY\r\n", 15)
             self.job_unlink(j)
             j.pri = cmd.pri
             j.delay_ns = <int64_t>cmd.delay * SEC
@@ -885,6 +910,8 @@ cdef class Core:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
                 return c.out(b"NOT_FOUND\r\n", 11)
+            if self.wal_on and not self.wal_room(WAL_SHORT, 0):
+                return c.out(b"INTERNAL_ERROR\r\n", 16)
             self.job_unlink(j)
             j.pri = cmd.pri
             self.job_bury(j)
@@ -938,7 +965,8 @@ cdef class Core:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or (j.state != JOB_BURIED and j.state != JOB_DELAYED):
                 return c.out(b"NOT_FOUND\r\n", 11)
-            self._kick_one(j)
+            if not self._kick_one(j):
+                return c.out(b"NOT_FOUND\r\n", 11)
             return c.out(b"KICKED\r\n", 8)
 
         if op == OP_USE:
@@ -1020,13 +1048,16 @@ cdef class Core:
         return c.out(b"UNKNOWN_COMMAND\r\n", 17)
 
     cdef int _kick_one(self, Job *j) except -1:
+        # 1 if kicked; 0 if the binlog had no room, and the job stays put.
+        if self.wal_on and not self.wal_room(WAL_SHORT, 0):
+            return 0
         self.job_unlink(j)
         j.kick_ct += 1
         if self.wal_on:
             j.state = JOB_READY
             self.wal_record(j, False)
         self.job_make_ready(j)
-        return 0
+        return 1
 
     cdef int _kick(self, Conn c, uint32_t bound) except -1:
         # Buried jobs first, oldest first; only if there are none, delayed
@@ -1034,12 +1065,10 @@ cdef class Core:
         cdef Tube *t = c.use
         cdef uint32_t n = 0
         if t.buried_ct:
-            while n < bound and t.buried_head != NULL:
-                self._kick_one(t.buried_head)
+            while n < bound and t.buried_head != NULL and self._kick_one(t.buried_head):
                 n += 1
         else:
-            while n < bound and t.delay.len:
-                self._kick_one(<Job *>t.delay.items[0])
+            while n < bound and t.delay.len and self._kick_one(<Job *>t.delay.items[0]):
                 n += 1
         return c.out_u64(b"KICKED", 6, n)
 
@@ -1049,7 +1078,6 @@ cdef class Core:
         cdef rusage ru
         cdef int i
         getrusage(RUSAGE_SELF, &ru)
-        b = self.binlog
         lines = [
             b"---",
             b"current-jobs-urgent: %d" % self.urgent_ct,
@@ -1075,11 +1103,11 @@ cdef class Core:
             b"rusage-utime: %d.%06d" % (ru.ru_utime.tv_sec, ru.ru_utime.tv_usec),
             b"rusage-stime: %d.%06d" % (ru.ru_stime.tv_sec, ru.ru_stime.tv_usec),
             b"uptime: %d" % ((mono_ns() - self.started_mono) // SEC),
-            b"binlog-oldest-index: %d" % (b.oldest_index if b is not None else 0),
-            b"binlog-current-index: %d" % (b.current_index if b is not None else 0),
-            b"binlog-records-migrated: %d" % (b.records_migrated if b is not None else 0),
-            b"binlog-records-written: %d" % (b.records_written if b is not None else 0),
-            b"binlog-max-size: %d" % (b.max_size if b is not None else self.binlog_max_size),
+            b"binlog-oldest-index: %d" % (self.wfiles[0].seq if self.nwfiles else 0),
+            b"binlog-current-index: %d" % (self.wfiles[self.nwfiles - 1].seq if self.nwfiles else 0),
+            b"binlog-records-migrated: %d" % self.wal_migrated,
+            b"binlog-records-written: %d" % self.wal_written,
+            b"binlog-max-size: %d" % self.binlog_max_size,
             b"draining: %s" % (b"true" if self.draining else b"false"),
             b"id: %s" % self.instance_id,
             b"hostname: %s" % self.hostname,
@@ -1130,15 +1158,326 @@ cdef class Core:
             b"job-table-buckets: %d\n" % table_buckets(&self.jobs),
         ])
 
-    cdef int wal_record(self, Job *j, bint full) except -1:
-        # Filled in by the binlog issue; kept here so every logged state
-        # change already calls it.
+    # -- binlog ------------------------------------------------------------------
+
+    cdef int wal_put(self, char *p, Py_ssize_t n) except -1:
+        cdef Py_ssize_t have = PyByteArray_GET_SIZE(self.wba)
+        PyByteArray_Resize(self.wba, have + n)
+        memcpy(PyByteArray_AS_STRING(self.wba) + have, p, n)
+        self.wal_used += n
+        if not self.wal_pending:
+            self.wal_pending = True
+            self.binlog.schedule()
         return 0
+
+    cdef int wal_record(self, Job *j, bint full) except -1:
+        # Append j's record: full (put, migration) or short (every update).
+        # The caller has made sure the current file has room (wal_room).
+        cdef Jobrec rec
+        cdef int32_t namelen = 0
+        cdef bytes name
+        wal_fill(j, &rec, mono_ns(), wall_ns())
+        if full:
+            name = <bytes>j.tube.name
+            namelen = <int32_t>PyBytes_GET_SIZE(name)
+            self.wal_put(<char *>&namelen, 4)
+            self.wal_put(PyBytes_AS_STRING(name), namelen)
+            self.wal_put(<char *>&rec, sizeof(Jobrec))
+            self.wal_put(PyBytes_AS_STRING(<bytes>j.body), rec.body_size)
+            self.wal_disown(j)
+            self.wal_own(j)
+        else:
+            self.wal_put(<char *>&namelen, 4)
+            self.wal_put(<char *>&rec, sizeof(Jobrec))
+        self.wal_written += 1
+        return 0
+
+    cdef bint wal_room(self, int64_t now_bytes, int64_t extra_resv) except -1:
+        # Room in the current file for now_bytes more, while still keeping
+        # every live job's delete record (wal_resv) plus extra_resv. If there
+        # is none, binlog.py starts a new preallocated file; False when the
+        # disk cannot give one (the caller answers with an error).
+        cdef int64_t cap
+        if self.wal_cap - self.wal_used - now_bytes >= self.wal_resv + extra_resv:
+            return True
+        cap = self.binlog.rotate(now_bytes + extra_resv + self.wal_resv)
+        if cap <= 0:
+            return False
+        return self.wal_cap - self.wal_used - now_bytes >= self.wal_resv + extra_resv
+
+    cdef int wal_own(self, Job *j) except -1:
+        # j's latest full record is now in the current file.
+        cdef WalFile *f = &self.wfiles[self.nwfiles - 1]
+        j.wal_file = f.seq
+        j.wal_prev = NULL
+        j.wal_next = f.head
+        if f.head != NULL:
+            f.head.wal_prev = j
+        f.head = j
+        f.njobs += 1
+        self.wal_live += wal_full_size(j)
+        return 0
+
+    cdef void wal_disown(self, Job *j) noexcept:
+        cdef WalFile *f
+        if j.wal_file == 0:
+            return
+        f = &self.wfiles[j.wal_file - self.wfiles[0].seq]
+        if j.wal_prev != NULL:
+            j.wal_prev.wal_next = j.wal_next
+        else:
+            f.head = j.wal_next
+        if j.wal_next != NULL:
+            j.wal_next.wal_prev = j.wal_prev
+        j.wal_prev = j.wal_next = NULL
+        f.njobs -= 1
+        self.wal_live -= wal_full_size(j)
+        j.wal_file = 0
 
     # -- Python API (cold) -------------------------------------------------------
 
     def set_draining(self):
         self.draining = True
+
+    # -- binlog API (binlog.py) ----------------------------------------------------
+
+    def wal_enable(self, binlog):
+        """Log from now on; binlog provides rotate(need) and schedule()."""
+        self.binlog = binlog
+        self.wal_on = True
+
+    def take_wal(self):
+        """The records appended since the last call, as one bytearray."""
+        ba = self.wba
+        self.wba = bytearray()
+        return ba
+
+    cdef int release_held_c(self) except -1:
+        cdef Conn c
+        self.wal_pending = False
+        held = self.held
+        self.held = []
+        for c in held:
+            c.held = False
+            c.flush()
+            if c.close_after:
+                c.close_after = False
+                c.close_cb()
+        return 0
+
+    def release_held(self):
+        """The records taken are on disk (as the fsync policy wants): let replies out."""
+        self.release_held_c()
+
+    def wal_new_file(self, int64_t seq, int64_t cap, int64_t used):
+        """binlog.py made binlog.<seq> current: cap bytes allocated, used written."""
+        cdef WalFile *f
+        if self.nwfiles == self.capwfiles:
+            f = <WalFile *>realloc(self.wfiles, (self.capwfiles * 2 + 8) * sizeof(WalFile))
+            if f == NULL:
+                raise MemoryError()
+            self.wfiles = f
+            self.capwfiles = self.capwfiles * 2 + 8
+        f = &self.wfiles[self.nwfiles]
+        f.seq = seq
+        f.njobs = 0
+        f.head = NULL
+        self.nwfiles += 1
+        self.wal_cap = cap
+        self.wal_used = used
+
+    def wal_collect(self):
+        """Drop the oldest files that no live job needs; return their numbers."""
+        gone = []
+        while self.nwfiles > 1 and self.wfiles[0].njobs == 0:
+            gone.append(self.wfiles[0].seq)
+            memmove(self.wfiles, self.wfiles + 1, (self.nwfiles - 1) * sizeof(WalFile))
+            self.nwfiles -= 1
+        return gone
+
+    def wal_migrate(self, Py_ssize_t limit):
+        """Re-log up to `limit` jobs of the oldest file into the current one, so
+        the oldest file can go. Returns how many moved."""
+        cdef Py_ssize_t n = 0
+        cdef Job *j
+        while n < limit and self.nwfiles > 1 and self.wfiles[0].head != NULL:
+            j = self.wfiles[0].head
+            if not self.wal_room(wal_full_size(j), 0):
+                break
+            self.wal_record(j, True)
+            self.wal_migrated += 1
+            n += 1
+        return n
+
+    def wal_status(self):
+        """(live, reserved, used, capacity, files): live = bytes of the live jobs'
+        full records; reserved = bytes promised for their deletes."""
+        return (self.wal_live, self.wal_resv, self.wal_used, self.wal_cap, self.nwfiles)
+
+    @property
+    def max_id(self):
+        return self.next_id - 1
+
+    def replay(self, data, int64_t seq):
+        """Apply the records of binlog.<seq> (its whole contents).
+
+        Returns (records applied, bytes not applied, reason or None). Bytes not
+        applied are a torn or corrupt tail; a zero-filled tail is the unused
+        part of a preallocated file and counts as nothing.
+        """
+        cdef const char *p
+        cdef Py_ssize_t n, pos, size, k
+        cdef int32_t version, namelen
+        cdef Jobrec rec
+        cdef Py_ssize_t count = 0
+        cdef const char *name
+        cdef const char *body
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        p = PyBytes_AS_STRING(data)
+        n = PyBytes_GET_SIZE(data)
+        self.wal_new_file(seq, 0, 0)
+        if n < WAL_HEADER:
+            return (0, n, "no version header" if n else None)
+        memcpy(&version, p, 4)
+        if version != WAL_VERSION:
+            return (0, n, "unknown version %d" % version)
+        pos = WAL_HEADER
+        reason = None
+        while pos + 4 <= n:
+            memcpy(&namelen, p + pos, 4)
+            if namelen < 0 or namelen > WAL_NAME_MAX:
+                reason = "bad name length %d" % namelen
+                break
+            size = 4 + namelen + sizeof(Jobrec)
+            if pos + size > n:
+                reason = "truncated record"
+                break
+            memcpy(&rec, p + pos + 4 + namelen, sizeof(Jobrec))
+            if rec.id == 0 and namelen == 0:
+                break                       # end of the records written
+            if not wal_rec_ok(&rec):
+                reason = "corrupt record"
+                break
+            name = p + pos + 4
+            body = NULL
+            if namelen:
+                size += rec.body_size
+                if pos + size > n:
+                    reason = "truncated record"
+                    break
+                body = p + pos + 4 + namelen + sizeof(Jobrec)
+                if body[rec.body_size - 2] != c'\r' or body[rec.body_size - 1] != c'\n':
+                    reason = "corrupt job body"
+                    break
+                for k in range(namelen):
+                    if not _name_byte(name[k]):
+                        break
+                else:
+                    k = namelen
+                if k != namelen or name[0] == c'-':
+                    reason = "bad tube name"
+                    break
+            r = self._replay_one(&rec, name, namelen, body)
+            if r is not None:
+                reason = r
+                break
+            count += 1
+            pos += size
+        if reason is None:
+            # whatever follows the last record must be preallocated zeros
+            for k in range(pos, n):
+                if p[k] != 0:
+                    reason = "garbage after the last record"
+                    break
+            else:
+                return (count, 0, None)
+        return (count, n - pos, reason)
+
+    cdef object _replay_one(self, Jobrec *rec, const char *name, int32_t namelen,
+                            const char *body):
+        cdef Job *j = table_find(&self.jobs, rec.id)
+        cdef Tube *t
+        if rec.id > self.replay_max_id:
+            self.replay_max_id = rec.id
+        if j == NULL:
+            if namelen == 0 or rec.state == JOB_INVALID:
+                return None             # its full record was in a file already gone
+            t = self.tube_get(name, namelen, True)
+            j = self.job_new(rec.id, rec.pri, rec.delay, rec.ttr, t,
+                             PyBytes_FromStringAndSize(body, rec.body_size))
+            self.mem_used += rec.body_size + JOB_OVERHEAD
+            j.prev = self.replay_tail
+            j.next = NULL
+            if self.replay_tail != NULL:
+                self.replay_tail.next = j
+            else:
+                self.replay_head = j
+            self.replay_tail = j
+        elif rec.state == JOB_INVALID:
+            if j.prev != NULL:
+                j.prev.next = j.next
+            else:
+                self.replay_head = j.next
+            if j.next != NULL:
+                j.next.prev = j.prev
+            else:
+                self.replay_tail = j.prev
+            self.wal_disown(j)
+            self.job_free(j)
+            return None
+        elif namelen:
+            if PyBytes_GET_SIZE(<object>j.body) != rec.body_size:
+                return "job %d changed size" % rec.id
+            body_obj = PyBytes_FromStringAndSize(body, rec.body_size)
+            Py_DECREF(<object>j.body)
+            j.body = <PyObject *>body_obj
+            Py_INCREF(body_obj)
+        j.pri = rec.pri
+        j.delay_ns = rec.delay
+        j.ttr_ns = rec.ttr
+        j.created_wall = rec.created_at
+        j.deadline = rec.deadline_at          # wall ns until replay_finish
+        j.reserve_ct = rec.reserve_ct
+        j.timeout_ct = rec.timeout_ct
+        j.release_ct = rec.release_ct
+        j.bury_ct = rec.bury_ct
+        j.kick_ct = rec.kick_ct
+        j.state = rec.state
+        if namelen:
+            self.wal_disown(j)
+            self.wal_own(j)
+        return None
+
+    def replay_finish(self):
+        """Put the replayed jobs where their states say, in order of first
+        appearance; reserved ones come back ready. Returns the job count."""
+        cdef int64_t mono = mono_ns()
+        cdef int64_t wall = wall_ns()
+        cdef Job *j
+        cdef Job *nxt
+        cdef Py_ssize_t count = 0
+        cdef uint8_t state
+        j = self.replay_head
+        self.replay_head = self.replay_tail = NULL
+        while j != NULL:
+            nxt = j.next
+            j.prev = j.next = NULL
+            state = j.state
+            j.state = JOB_INVALID
+            if state == JOB_DELAYED and j.deadline > wall:
+                self.job_make_delayed(j, j.deadline - wall + mono)
+            elif state == JOB_BURIED:
+                self.job_bury(j)
+                j.bury_ct -= 1              # a restart is not a bury
+            else:
+                self.job_make_ready(j)
+            count += 1
+            j = nxt
+        self.wal_resv = WAL_SHORT * self.jobs.count
+        if self.replay_max_id >= self.next_id:
+            self.next_id = self.replay_max_id + 1
+        return count
 
     @property
     def current_jobs(self):
@@ -1218,9 +1557,15 @@ cdef class Conn:
         return self.out(b"\r\n", 2)
 
     cdef int flush(self) except -1:
-        if self.closed:
+        if self.lost:
             self.olen = 0
             self.chunks = []
+            return 0
+        if self.core.wal_pending and (self.olen or self.chunks):
+            # Replies may confirm records not yet on disk: they leave with the commit.
+            if not self.held:
+                self.held = True
+                self.core.held.append(self)
             return 0
         if self.chunks:
             if self.olen:
@@ -1321,8 +1666,9 @@ cdef class Conn:
             core.flush_dirty()
         core.rearm()
 
-    def lost(self):
+    def gone(self):
         """The connection is gone: its reserved jobs go back to ready."""
+        self.lost = True
         self.core.conn_release(self)
 
     @property

@@ -27,18 +27,13 @@ class ConnProtocol(asyncio.Protocol):
         if not server.admit(self):
             transport.abort()
             return
-        write, writelines = transport.write, transport.writelines
-        if server.verbosity >= 2:
-            write, writelines = self._traced(write, writelines)
         self._conn = server.core.connect(
-            write, writelines, transport.close, self._set_reading, self._later)
+            *self._writers(transport), transport.close, self._set_reading, self._later)
         if server.verbosity >= 1:
             self._peer = transport.get_extra_info("peername")
             log.info("accept %s", self._peer)
 
     def data_received(self, data):
-        if self._server.verbosity >= 2:
-            log.info("<%s %r", self._peer, bytes(data[:256]))
         self._conn.feed(data)
 
     def eof_received(self):
@@ -48,7 +43,7 @@ class ConnProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc):
         if self._conn is not None:
-            self._conn.lost()
+            self._conn.gone()
             if self._server.verbosity >= 1:
                 log.info("close %s", self._peer)
         self._server.forget(self)
@@ -78,15 +73,28 @@ class ConnProtocol(asyncio.Protocol):
     def _later(self):
         self._server.loop.call_soon(self._conn.run_later)
 
-    def _traced(self, write, writelines):
-        peer = lambda: self._peer
+    def _writers(self, transport):
+        return transport.write, transport.writelines
+
+
+class TracingConnProtocol(ConnProtocol):
+    """-VV: every read and every reply goes to the log as well."""
+
+    __slots__ = ()
+
+    def data_received(self, data):
+        log.info("<%s %r", self._peer, bytes(data[:256]))
+        self._conn.feed(data)
+
+    def _writers(self, transport):
+        write, writelines = transport.write, transport.writelines
 
         def traced_write(data):
-            log.info(">%s %r", peer(), data[:256])
+            log.info(">%s %r", self._peer, data[:256])
             write(data)
 
         def traced_writelines(chunks):
-            log.info(">%s %r", peer(), b"".join(chunks)[:256])
+            log.info(">%s %r", self._peer, b"".join(chunks)[:256])
             writelines(chunks)
 
         return traced_write, traced_writelines

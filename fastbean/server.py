@@ -7,7 +7,7 @@ import socket
 
 from fastbean import __version__
 from fastbean._core import Core
-from fastbean.protocol import ConnProtocol
+from fastbean.protocol import ConnProtocol, TracingConnProtocol
 
 log = logging.getLogger("fastbean")
 
@@ -81,7 +81,8 @@ class Server:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self, socks):
-        factory = lambda: ConnProtocol(self)
+        cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
+        factory = lambda: cls(self)
         for sock in socks:
             if sock.family == socket.AF_UNIX:
                 srv = await self.loop.create_unix_server(factory, sock=sock, backlog=1024)
