@@ -1318,6 +1318,9 @@ cdef class Core:
     def max_id(self):
         return self.next_id - 1
 
+    def has_job(self, uint64_t id):
+        return table_find(&self.jobs, id) != NULL
+
     def replay(self, data, int64_t seq):
         """Apply the records of binlog.<seq> (its whole contents).
 

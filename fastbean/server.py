@@ -7,6 +7,8 @@ import socket
 
 from fastbean import __version__
 from fastbean._core import Core
+from fastbean.binlog import Binlog
+from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.protocol import ConnProtocol, TracingConnProtocol
 
 log = logging.getLogger("fastbean")
@@ -36,6 +38,10 @@ class Server:
             version=__version__.encode(),
             arm=self._arm,
         )
+        self.binlog = None
+        if config.binlog_dir is not None:
+            self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
+                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
         self.connections = set()
         self.listeners = []
         self._timer = None
@@ -81,6 +87,8 @@ class Server:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self, socks):
+        if self.binlog is not None:
+            self.binlog.open()
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
         factory = lambda: cls(self)
         for sock in socks:
@@ -114,6 +122,8 @@ class Server:
                 await asyncio.wait_for(self._stopping.wait(), SHUTDOWN_GRACE)
             except asyncio.TimeoutError:
                 log.warning("%d connections still open at exit", len(self.connections))
+        if self.binlog is not None:
+            self.binlog.close()
         self.loop.stop()
 
 
@@ -127,6 +137,12 @@ def run(config, listeners):
     try:
         loop.run_until_complete(server.start(listeners))
         loop.run_forever()
+    except BinlogLockedError as e:
+        log.error("%s", e)
+        return 10
+    except BinlogError as e:
+        log.error("%s", e)
+        return 1
     finally:
         loop.close()
     return 0

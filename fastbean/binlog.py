@@ -1,0 +1,264 @@
+"""Binlog: the binlog.N files of one directory, in beanstalkd 1.12's format.
+
+The engine encodes the records and keeps the space accounting; this module
+owns the files: the directory lock, preallocation and rotation, the commit of
+each loop turn's records (one write, and one fsync with -f 0), the fsync
+policy, reclaiming old files, and replay at start-up.
+
+Space: every file is preallocated, and the current file always keeps room for
+a delete record of every live job, so a full disk can refuse a put but never
+a delete.
+"""
+import fcntl
+import logging
+import os
+import struct
+import time
+
+from fastbean.errors import BinlogError, BinlogLockedError
+
+log = logging.getLogger("fastbean")
+
+VERSION = 7
+HEADER = struct.pack("<i", VERSION)
+SHORT = 84                  # bytes of a short record
+BLOCK = 4096                # files are allocated in whole blocks
+MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
+
+
+def _marker(max_id):
+    # A short "deleted" record of the highest id handed out. Replay (ours and
+    # beanstalkd's) ignores it as a record of an unknown job but still counts
+    # its id, so ids continue after a restart even when every job is gone.
+    now = time.time_ns()
+    rec = struct.pack("<QI4xqqi4xqqIIIIIB3x", max_id, 0, 0, 10**9, 2, now, 0, 0, 0, 0, 0, 0, 0)
+    return struct.pack("<i", 0) + rec
+
+
+class Binlog:
+    def __init__(self, core, loop, directory, max_size, fsync=True, fsync_ms=50):
+        self.core = core
+        self.loop = loop
+        self.dir = directory
+        self.max_size = max(int(max_size), 1)
+        self.fsync = fsync
+        self.fsync_ms = fsync_ms
+        self.seq = 0                # number of the current file
+        self.fd = -1
+        self.used = 0               # bytes written to the current file
+        self.closed_bytes = 0       # bytes on disk in the older files
+        self.sizes = {}             # seq -> bytes on disk, older files only
+        self._lock_fd = -1
+        self._commit_pending = False
+        self._unsynced = False
+        self._last_sync = 0.0
+        self._sync_timer = None
+
+    # -- start-up ---------------------------------------------------------------
+
+    def path(self, seq):
+        return os.path.join(self.dir, "binlog.%d" % seq)
+
+    def lock(self):
+        if not os.path.isdir(self.dir):
+            raise BinlogError("binlog directory %s does not exist" % self.dir)
+        fd = os.open(os.path.join(self.dir, "lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise BinlogLockedError("failed to lock binlog dir %s: %s (is another server using it?)"
+                                    % (self.dir, e.strerror)) from None
+        self._lock_fd = fd
+
+    def existing(self):
+        seqs = []
+        for name in os.listdir(self.dir):
+            if name.startswith("binlog.") and name[7:].isdigit():
+                seqs.append(int(name[7:]))
+        return sorted(seqs)
+
+    def open(self):
+        """Lock the directory, replay every file, start a new one. Returns the job count."""
+        self.lock()
+        seqs = self.existing()
+        t0 = time.monotonic()
+        if seqs:
+            for seq in range(seqs[0], seqs[-1] + 1):
+                try:
+                    with open(self.path(seq), "rb") as f:
+                        data = f.read()
+                except FileNotFoundError:
+                    log.warning("binlog.%d is missing; continuing", seq)
+                    data = b""
+                records, dropped, reason = self.core.replay(data, seq)
+                if reason is not None:
+                    log.warning("binlog.%d: %s: %d bytes after record %d not replayed; "
+                                "you may be missing data", seq, reason, dropped, records)
+                self.sizes[seq] = len(data)
+                self.closed_bytes += len(data)
+            self.seq = seqs[-1]
+        jobs = self.core.replay_finish()
+        if seqs:
+            log.info("replayed %d jobs from %d binlog files in %.3f s",
+                     jobs, len(seqs), time.monotonic() - t0)
+        self.core.wal_enable(self)
+        live, resv, used, cap, nfiles = self.core.wal_status()
+        if not self._new_file(resv):
+            raise BinlogError("cannot create a binlog file in %s" % self.dir)
+        self._collect()
+        return jobs
+
+    # -- called by the engine ---------------------------------------------------
+
+    def schedule(self):
+        """Records are waiting: commit them once this loop turn's work is done."""
+        if not self._commit_pending:
+            self._commit_pending = True
+            self.loop.call_soon(self.commit)
+
+    def rotate(self, need):
+        """The current file is full: start a new one with room for `need` bytes.
+
+        Returns the new file's capacity, or 0 when the disk cannot give one (the
+        engine then answers the command with an error and stays on this file).
+        """
+        self._write(self.core.take_wal())
+        old_fd, old_seq, old_used = self.fd, self.seq, self.used
+        if not self._new_file(need):
+            return 0
+        self._finish(old_fd, old_seq, old_used)
+        return self.core.wal_status()[3]
+
+    # -- files ------------------------------------------------------------------
+
+    def _new_file(self, need):
+        seq = self.seq + 1
+        head = HEADER
+        if self.core.max_id and not self.core.has_job(self.core.max_id):
+            head += _marker(self.core.max_id)
+        cap = max(self.max_size, need + len(head))
+        cap = (cap + BLOCK - 1) // BLOCK * BLOCK
+        path = self.path(seq)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o400)
+        except OSError as e:
+            log.error("cannot create %s: %s", path, e.strerror)
+            return False
+        try:
+            os.posix_fallocate(fd, 0, cap)
+            os.pwrite(fd, head, 0)
+        except OSError as e:
+            log.error("cannot allocate %d bytes for %s: %s", cap, path, e.strerror)
+            os.close(fd)
+            os.unlink(path)
+            return False
+        self.fd, self.seq, self.used = fd, seq, len(head)
+        self.core.wal_new_file(seq, cap, len(head))
+        return True
+
+    def _finish(self, fd, seq, used):
+        # A file stops being current: cut the unused preallocation, make it durable.
+        try:
+            os.ftruncate(fd, used)
+            if self.fsync:
+                os.fsync(fd)
+        except OSError as e:
+            log.error("finishing binlog.%d: %s", seq, e.strerror)
+        os.close(fd)
+        self.sizes[seq] = used
+        self.closed_bytes += used
+
+    def _write(self, data):
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.pwrite(self.fd, view, self.used)
+            except InterruptedError:
+                continue
+            except OSError as e:
+                # The space was preallocated, so this is a device error. The
+                # jobs are still in memory; say so loudly and keep serving.
+                log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk",
+                          self.seq, e.strerror, len(view))
+                return False
+            self.used += n
+            view = view[n:]
+        if data:
+            self._unsynced = True
+        return True
+
+    def _sync(self):
+        self._sync_timer = None
+        if self._unsynced and self.fd >= 0:
+            try:
+                os.fdatasync(self.fd)
+            except OSError as e:
+                log.error("fsync of binlog.%d failed: %s", self.seq, e.strerror)
+            self._unsynced = False
+            self._last_sync = time.monotonic()
+
+    def commit(self):
+        """Write this turn's records (one write), sync as -f says, then let the
+        replies that were waiting for them go."""
+        self._commit_pending = False
+        data = self.core.take_wal()
+        if data:
+            self._write(data)
+        if self.fsync and self._unsynced:
+            if self.fsync_ms == 0:
+                self._sync()
+            elif self._sync_timer is None:
+                wait = self._last_sync + self.fsync_ms / 1000.0 - time.monotonic()
+                if wait <= 0:
+                    self._sync()
+                else:
+                    self._sync_timer = self.loop.call_later(wait, self._sync)
+        self.core.release_held()
+        self._maintain()
+
+    def _collect(self):
+        for seq in self.core.wal_collect():
+            size = self.sizes.pop(seq, 0)
+            self.closed_bytes -= size
+            try:
+                os.unlink(self.path(seq))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.error("cannot remove binlog.%d: %s", seq, e.strerror)
+
+    def _maintain(self):
+        # Reclaim files no live job needs; when most of the disk is dead
+        # records, re-log the oldest file's jobs forward, a batch per turn.
+        self._collect()
+        live, resv, used, cap, nfiles = self.core.wal_status()
+        if nfiles > 1 and self.closed_bytes + used > 2 * (live + resv) + self.max_size:
+            if self.core.wal_migrate(MIGRATE_BATCH):
+                self._collect()
+
+    def close(self):
+        """Clean shutdown: everything on disk, the current file cut to size."""
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        if self.fd >= 0:
+            self._write(self.core.take_wal())
+            self.core.release_held()
+            try:
+                os.ftruncate(self.fd, self.used)
+                if self.fsync:
+                    os.fsync(self.fd)
+            except OSError as e:
+                log.error("closing binlog.%d: %s", self.seq, e.strerror)
+            os.close(self.fd)
+            self.fd = -1
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- stats ------------------------------------------------------------------
+
+    @property
+    def files(self):
+        return sorted(self.sizes) + [self.seq]
