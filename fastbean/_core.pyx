@@ -670,16 +670,13 @@ cdef class Core:
 
     # -- connections -----------------------------------------------------------
 
-    def connect(self, write, writelines, close, set_reading, later):
-        """A new client. The callables are its transport's: write(bytes),
-        writelines(list), close(), set_reading(bool), later() (call run_later
-        on the next loop turn)."""
+    def connect(self, set_reading, later):
+        """A new client: set_reading(bool) pauses or resumes reading its socket,
+        later() calls its run_later() on the next loop turn. Conn.attach()
+        gives it the transport before any bytes arrive."""
         cdef Conn c = Conn.__new__(Conn)
         c.core = self
         c.parser = Parser()
-        c.write = write
-        c.writelines = writelines
-        c.close_cb = close
         c.reading_cb = set_reading
         c.later_cb = later
         c.chunks = []
@@ -1617,6 +1614,12 @@ cdef class Conn:
             self.reading_cb(want)
 
     # -- Python API (called by the protocol) ------------------------------------
+
+    def attach(self, write, writelines, close):
+        """The transport's write(bytes), writelines(list) and close()."""
+        self.write = write
+        self.writelines = writelines
+        self.close_cb = close
 
     def feed(self, data):
         """Bytes from one read: run every complete command, write the replies."""

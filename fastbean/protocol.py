@@ -13,39 +13,36 @@ class ConnProtocol(asyncio.Protocol):
     transport call.
     """
 
-    __slots__ = ("_server", "_transport", "_conn", "_peer")
+    __slots__ = ("_server", "_transport", "_conn", "_peer", "data_received")
 
     def __init__(self, server):
         self._server = server
         self._transport = None
-        self._conn = None
         self._peer = None
+        self._conn = server.core.connect(self._set_reading, self._later)
+        # uvloop looks data_received up once, when the transport is made:
+        # hand it the compiled method itself, so a read runs no Python code.
+        self.data_received = self._conn.feed
 
     def connection_made(self, transport):
         server = self._server
         self._transport = transport
+        self._conn.attach(*self._writers(transport), transport.close)
         if not server.admit(self):
             transport.abort()
             return
-        self._conn = server.core.connect(
-            *self._writers(transport), transport.close, self._set_reading, self._later)
         if server.verbosity >= 1:
             self._peer = transport.get_extra_info("peername")
             log.info("accept %s", self._peer)
 
-    def data_received(self, data):
-        self._conn.feed(data)
-
     def eof_received(self):
-        if self._conn is not None:
-            self._conn.got_eof()
+        self._conn.got_eof()
         return True         # keep the write side open: the engine closes when it is done
 
     def connection_lost(self, exc):
-        if self._conn is not None:
-            self._conn.gone()
-            if self._server.verbosity >= 1:
-                log.info("close %s", self._peer)
+        self._conn.gone()
+        if self._server.verbosity >= 1:
+            log.info("close %s", self._peer)
         self._server.forget(self)
 
     def pause_writing(self):
@@ -82,7 +79,11 @@ class TracingConnProtocol(ConnProtocol):
 
     __slots__ = ()
 
-    def data_received(self, data):
+    def __init__(self, server):
+        super().__init__(server)
+        self.data_received = self._traced_data_received
+
+    def _traced_data_received(self, data):
         log.info("<%s %r", self._peer, bytes(data[:256]))
         self._conn.feed(data)
 
