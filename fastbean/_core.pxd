@@ -187,6 +187,7 @@ cdef class Core:
     cdef public bint draining
     cdef public Py_ssize_t max_memory      # bytes of jobs; 0 = no cap
     cdef public Py_ssize_t mem_used        # bytes of jobs held now
+    cdef Py_ssize_t freed_since_trim       # job bytes freed since the last malloc_trim
     cdef public int batch_limit            # commands per connection per feed
 
     # Identity for stats.
@@ -259,6 +260,7 @@ cdef class Core:
     cdef int conn_release(self, Conn c) except -1
     cdef int _kick_one(self, Job *j) except -1
     cdef int _kick(self, Conn c, uint32_t bound) except -1
+    cdef int kick_more(self, Conn c) except -1
     cdef bytes _stats_yaml(self)
     cdef bytes _job_yaml(self, Job *j)
     cdef bytes _tube_yaml(self, Tube *t)
@@ -291,6 +293,10 @@ cdef class Conn:
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
+
+    # kick in progress over several loop turns
+    cdef bint kicking, kick_buried
+    cdef uint32_t kick_left, kick_done
 
     # put in progress (between the put line and its body)
     cdef uint64_t put_id

@@ -12,6 +12,7 @@ from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 
 from fastbean._parser cimport (
@@ -28,8 +29,15 @@ include "_heap.pxi"
 include "_table.pxi"
 include "_wal.pxi"
 
+cdef extern from "malloc.h":
+    int malloc_trim(size_t pad)
+    int mallopt(int param, int value)
+    int M_MMAP_THRESHOLD
+
 cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent
+    KICK_BATCH = 4096                 # jobs one kick moves per loop turn
+    TRIM_AFTER = 64 << 20             # give freed memory back to the OS after this much
     READ_HIGH = 1 << 20               # stop reading a blocked connection past this many bytes
     READ_LOW = 1 << 18
     JOB_OVERHEAD = 256                # bytes charged per job beyond its body (struct, bytes header, slots)
@@ -147,6 +155,10 @@ cdef class Core:
         self.armed_at = INT64_MAX
         self.arm = arm
         self.started_mono = mono_ns()
+        # A fixed threshold keeps big arrays (heaps, the id table) in their own
+        # mappings, which free() unmaps; glibc's sliding threshold would move
+        # them onto the heap after the first large free.
+        mallopt(M_MMAP_THRESHOLD, 256 * 1024)
         self.instance_id = os.urandom(8).hex().encode()
         u = os.uname()
         self.hostname = u.nodename.encode()
@@ -173,7 +185,7 @@ cdef class Core:
                 while j != NULL:
                     Py_XDECREF(j.body)
                     nxt = j.ht_next
-                    free(j)
+                    PyMem_Free(j)
                     j = nxt
         if t.t1 != NULL:
             for b in range(t.mask1 + 1):
@@ -181,7 +193,7 @@ cdef class Core:
                 while j != NULL:
                     Py_XDECREF(j.body)
                     nxt = j.ht_next
-                    free(j)
+                    PyMem_Free(j)
                     j = nxt
         table_free(t)
         heap_free(&self.tube_timers)
@@ -299,9 +311,12 @@ cdef class Core:
 
     cdef Job *job_new(self, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
                       Tube *t, object body) except NULL:
-        cdef Job *j = <Job *>calloc(1, sizeof(Job))
+        # Jobs come from Python's small-object allocator: its arenas go back
+        # to the OS once empty, so memory follows a backlog down again.
+        cdef Job *j = <Job *>PyMem_Malloc(sizeof(Job))
         if j == NULL:
             raise MemoryError()
+        memset(j, 0, sizeof(Job))
         j.id = id
         j.pri = pri
         j.delay_ns = delay_ns
@@ -318,9 +333,10 @@ cdef class Core:
     cdef void job_free(self, Job *j):
         table_remove(&self.jobs, j)
         self.mem_used -= PyBytes_GET_SIZE(<object>j.body) + JOB_OVERHEAD
+        self.freed_since_trim += PyBytes_GET_SIZE(<object>j.body) + JOB_OVERHEAD
         Py_DECREF(<object>j.body)
         self.tube_decref(j.tube)
-        free(j)
+        PyMem_Free(j)
 
     cdef int job_unlink(self, Job *j) except -1:
         # Take j out of whatever holds it in its current state.
@@ -597,7 +613,7 @@ cdef class Core:
                 self.arm(0.0 if at <= now else (at - now) / 1e9)
         return 0
 
-    def tick(self, Py_ssize_t budget=100000):
+    def tick(self, Py_ssize_t budget=10000):
         """Do what is due: delays, pauses, TTRs, reserve timeouts.
 
         At most `budget` jobs or connections are handled; returns the delay in
@@ -659,6 +675,9 @@ cdef class Core:
             else:
                 self.conn_retime(c, now)
         self.flush_dirty()
+        if self.freed_since_trim > TRIM_AFTER and self.jobs.count * 4 < self.freed_since_trim // 256:
+            malloc_trim(0)
+            self.freed_since_trim = 0
         if done >= budget:
             self.armed_at = now
             return 0.0
@@ -744,7 +763,9 @@ cdef class Core:
             return 0
         c.in_run = True
         try:
-            while not c.waiting and not c.closed and c.writable:
+            if c.kicking and not c.closed:
+                self.kick_more(c)
+            while not c.waiting and not c.closed and c.writable and not c.kicking:
                 if n >= self.batch_limit:
                     if not c.later_pending:
                         c.later_pending = True
@@ -1059,15 +1080,36 @@ cdef class Core:
     cdef int _kick(self, Conn c, uint32_t bound) except -1:
         # Buried jobs first, oldest first; only if there are none, delayed
         # jobs, soonest first. All in the used tube.
+        c.kick_buried = c.use.buried_ct > 0
+        c.kick_left = bound
+        c.kick_done = 0
+        return self.kick_more(c)
+
+    cdef int kick_more(self, Conn c) except -1:
+        # At most KICK_BATCH jobs per loop turn; the reply waits for the rest,
+        # and so do the connection's later commands, but nobody else does.
         cdef Tube *t = c.use
-        cdef uint32_t n = 0
-        if t.buried_ct:
-            while n < bound and t.buried_head != NULL and self._kick_one(t.buried_head):
-                n += 1
-        else:
-            while n < bound and t.delay.len and self._kick_one(<Job *>t.delay.items[0]):
-                n += 1
-        return c.out_u64(b"KICKED", 6, n)
+        cdef Job *j
+        cdef int n = 0
+        while c.kick_left and n < KICK_BATCH:
+            if c.kick_buried:
+                j = t.buried_head
+            else:
+                j = <Job *>t.delay.items[0] if t.delay.len else NULL
+            if j == NULL or not self._kick_one(j):
+                c.kick_left = 0
+                break
+            c.kick_left -= 1
+            c.kick_done += 1
+            n += 1
+        if c.kick_left:
+            c.kicking = True
+            if not c.later_pending:
+                c.later_pending = True
+                c.later_cb()
+            return 0
+        c.kicking = False
+        return c.out_u64(b"KICKED", 6, c.kick_done)
 
     # -- YAML --------------------------------------------------------------------
 
