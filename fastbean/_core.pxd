@@ -199,8 +199,10 @@ cdef class Core:
     # into wbuf, keeps the space accounting and knows which file holds what.
     cdef public bint wal_on
     cdef bytearray wba                # records not yet handed to binlog.py
-    cdef bint wal_pending             # records exist whose replies are being held
-    cdef list held                    # connections whose output waits for the commit
+    cdef uint64_t wal_seq             # records appended so far
+    cdef uint64_t durable_seq         # records binlog.py has made durable (per -f)
+    cdef bint commit_asked            # binlog.schedule() called since the last take_wal()
+    cdef list held                    # connections whose replies wait for durability
     cdef public object binlog         # rotate(need) -> capacity, schedule(), oldest_index, current_index
     cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
@@ -285,7 +287,8 @@ cdef class Conn:
     cdef Job *soonest                 # cached soonest TTR among them, or NULL if unknown
 
     cdef bint producer, worker, waiting, closed, eof, quitting, in_run, dirty
-    cdef bint held                    # output waits in core.held for the binlog commit
+    cdef bint held                    # output waits in core.held until durable_seq >= wal_need
+    cdef uint64_t wal_need            # the records its held output confirms
     cdef bint lost                    # the transport is gone: output goes nowhere
     cdef bint close_after             # close the transport once held output is out
     cdef bint writable                # False while the transport's buffer is over its high mark

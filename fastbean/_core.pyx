@@ -1204,8 +1204,8 @@ cdef class Core:
         PyByteArray_Resize(self.wba, have + n)
         memcpy(PyByteArray_AS_STRING(self.wba) + have, p, n)
         self.wal_used += n
-        if not self.wal_pending:
-            self.wal_pending = True
+        if not self.commit_asked:
+            self.commit_asked = True
             self.binlog.schedule()
         return 0
 
@@ -1229,6 +1229,7 @@ cdef class Core:
             self.wal_put(<char *>&namelen, 4)
             self.wal_put(<char *>&rec, sizeof(Jobrec))
         self.wal_written += 1
+        self.wal_seq += 1
         return 0
 
     cdef bint wal_room(self, int64_t now_bytes, int64_t extra_resv) except -1:
@@ -1286,17 +1287,24 @@ cdef class Core:
         self.wal_on = True
 
     def take_wal(self):
-        """The records appended since the last call, as one bytearray."""
+        """(records appended since the last call as one bytearray, the
+        sequence number of the last of them)."""
         ba = self.wba
         self.wba = bytearray()
-        return ba
+        self.commit_asked = False
+        return ba, self.wal_seq
 
     cdef int release_held_c(self) except -1:
+        # Let out the replies whose records are now durable, in order per connection.
         cdef Conn c
-        self.wal_pending = False
+        if not self.held:
+            return 0
         held = self.held
         self.held = []
         for c in held:
+            if c.wal_need > self.durable_seq:
+                self.held.append(c)
+                continue
             c.held = False
             c.flush()
             if c.close_after:
@@ -1304,8 +1312,10 @@ cdef class Core:
                 c.close_cb()
         return 0
 
-    def release_held(self):
-        """The records taken are on disk (as the fsync policy wants): let replies out."""
+    def set_durable(self, uint64_t seq):
+        """Records up to seq are as durable as -f asks: their replies may go."""
+        if seq > self.durable_seq:
+            self.durable_seq = seq
         self.release_held_c()
 
     def wal_new_file(self, int64_t seq, int64_t cap, int64_t used):
@@ -1603,11 +1613,15 @@ cdef class Conn:
             self.olen = 0
             self.chunks = []
             return 0
-        if self.core.wal_pending and (self.olen or self.chunks):
-            # Replies may confirm records not yet on disk: they leave with the commit.
-            if not self.held:
-                self.held = True
-                self.core.held.append(self)
+        if self.held:
+            if self.core.wal_seq > self.core.durable_seq:
+                self.wal_need = self.core.wal_seq
+            return 0
+        if self.core.wal_seq > self.core.durable_seq and (self.olen or self.chunks):
+            # These replies may confirm records not yet durable: they wait.
+            self.wal_need = self.core.wal_seq
+            self.held = True
+            self.core.held.append(self)
             return 0
         if self.chunks:
             if self.olen:

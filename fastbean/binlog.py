@@ -9,6 +9,7 @@ Space: every file is preallocated, and the current file always keeps room for
 a delete record of every live job, so a full disk can refuse a put but never
 a delete.
 """
+import concurrent.futures
 import fcntl
 import logging
 import os
@@ -50,9 +51,13 @@ class Binlog:
         self.sizes = {}             # seq -> bytes on disk, older files only
         self._lock_fd = -1
         self._commit_pending = False
-        self._unsynced = False
+        self._written_seq = 0       # records written to the files
+        self._synced_seq = 0        # records fsynced
         self._last_sync = 0.0
-        self._sync_timer = None
+        self._sync_timer = None     # -f MS: the fsync due at most MS after a write
+        self._syncing = None        # -f 0: the fsync running in the sync thread
+        self._retired = []          # fds of finished files the sync thread may still use
+        self._executor = None
 
     # -- start-up ---------------------------------------------------------------
 
@@ -123,7 +128,7 @@ class Binlog:
         Returns the new file's capacity, or 0 when the disk cannot give one (the
         engine then answers the command with an error and stays on this file).
         """
-        self._write(self.core.take_wal())
+        self._write(*self.core.take_wal())
         old_fd, old_seq, old_used = self.fd, self.seq, self.used
         if not self._new_file(need):
             return 0
@@ -137,7 +142,8 @@ class Binlog:
         head = HEADER
         if self.core.max_id and not self.core.has_job(self.core.max_id):
             head += _marker(self.core.max_id)
-        cap = max(self.max_size, need + len(head))
+        # -s bytes of new records, beyond the room kept for live jobs' deletes
+        cap = self.max_size + need + len(head)
         cap = (cap + BLOCK - 1) // BLOCK * BLOCK
         path = self.path(seq)
         try:
@@ -165,11 +171,15 @@ class Binlog:
                 os.fsync(fd)
         except OSError as e:
             log.error("finishing binlog.%d: %s", seq, e.strerror)
-        os.close(fd)
+        if self._syncing is not None:
+            self._retired.append(fd)
+        else:
+            os.close(fd)
         self.sizes[seq] = used
         self.closed_bytes += used
 
-    def _write(self, data):
+    def _write(self, data, seq):
+        self._written_seq = seq
         view = memoryview(data)
         while view:
             try:
@@ -184,37 +194,68 @@ class Binlog:
                 return False
             self.used += n
             view = view[n:]
-        if data:
-            self._unsynced = True
         return True
 
-    def _sync(self):
+    def _timed_sync(self):
         self._sync_timer = None
-        if self._unsynced and self.fd >= 0:
-            try:
-                os.fdatasync(self.fd)
-            except OSError as e:
-                log.error("fsync of binlog.%d failed: %s", self.seq, e.strerror)
-            self._unsynced = False
-            self._last_sync = time.monotonic()
+        self._start_sync()
+
+    def _start_sync(self):
+        # One fdatasync at a time runs in a thread, covering every record
+        # written so far, while the loop goes on running commands. With -f 0
+        # their replies wait for the next one: that is the group commit.
+        if self._syncing is not None or self._synced_seq >= self._written_seq:
+            return
+        self._last_sync = time.monotonic()
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, "fastbean-fsync")
+        seq = self._written_seq
+        self._syncing = self.loop.run_in_executor(self._executor, os.fdatasync, self.fd)
+        self._syncing.add_done_callback(lambda fut: self._synced(fut, seq))
+
+    def _synced(self, fut, seq):
+        self._syncing = None
+        exc = fut.exception()
+        if exc is not None:
+            log.error("fsync of binlog.%d failed: %s", self.seq, exc)
+        for fd in self._retired:
+            os.close(fd)
+        self._retired.clear()
+        self._synced_seq = max(self._synced_seq, seq)
+        if self.fsync_ms == 0:
+            self.core.set_durable(seq)
+            self._start_sync()
+        else:
+            self._arm_sync()
+
+    def _arm_sync(self):
+        # -f MS: sync at most MS ms after the last one, if anything is unsynced.
+        if self._sync_timer is not None or self._syncing is not None:
+            return
+        if self._written_seq <= self._synced_seq:
+            return
+        wait = self._last_sync + self.fsync_ms / 1000.0 - time.monotonic()
+        if wait <= 0:
+            self._start_sync()
+        else:
+            self._sync_timer = self.loop.call_later(wait, self._timed_sync)
 
     def commit(self):
-        """Write this turn's records (one write), sync as -f says, then let the
-        replies that were waiting for them go."""
+        """Write this turn's records with one write, then sync as -f says and
+        let out the replies that were waiting for them."""
         self._commit_pending = False
-        data = self.core.take_wal()
+        data, seq = self.core.take_wal()
         if data:
-            self._write(data)
-        if self.fsync and self._unsynced:
-            if self.fsync_ms == 0:
-                self._sync()
-            elif self._sync_timer is None:
-                wait = self._last_sync + self.fsync_ms / 1000.0 - time.monotonic()
-                if wait <= 0:
-                    self._sync()
-                else:
-                    self._sync_timer = self.loop.call_later(wait, self._sync)
-        self.core.release_held()
+            self._write(data, seq)
+        if not self.fsync:
+            self.core.set_durable(self._written_seq)
+        elif self.fsync_ms == 0:
+            self._start_sync()
+        else:
+            # Written records survive a crash of the process; -f bounds what a
+            # power loss can take to about the last MS ms.
+            self.core.set_durable(self._written_seq)
+            self._arm_sync()
         self._maintain()
 
     def _collect(self):
@@ -242,9 +283,13 @@ class Binlog:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        for fd in self._retired:
+            os.close(fd)
+        self._retired.clear()
         if self.fd >= 0:
-            self._write(self.core.take_wal())
-            self.core.release_held()
+            self._write(*self.core.take_wal())
             try:
                 os.ftruncate(self.fd, self.used)
                 if self.fsync:
@@ -253,6 +298,7 @@ class Binlog:
                 log.error("closing binlog.%d: %s", self.seq, e.strerror)
             os.close(self.fd)
             self.fd = -1
+            self.core.set_durable(self._written_seq)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
