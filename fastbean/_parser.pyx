@@ -12,6 +12,7 @@ cdef enum:
     S_DECIDE = 1      # a put header was returned; waiting for accept_body/reject_body
     S_BODY = 2        # filling a put body
     S_DISCARD = 3     # swallowing a rejected body
+    S_QUIT = 4        # after quit: nothing more is read
 
 # Which bytes may appear in a tube name (protocol.txt "Names").
 cdef bint NAME_CHAR[256]
@@ -299,7 +300,7 @@ cdef class Parser:
         """Queue bytes from one read. Nothing is parsed until next()."""
         if type(data) is not bytes:
             data = bytes(data)
-        if PyBytes_GET_SIZE(data) == 0:
+        if PyBytes_GET_SIZE(data) == 0 or self.state == S_QUIT:
             return
         if self.cpos == self.cend and self.queued == 0:
             self.cur = data
@@ -398,6 +399,7 @@ cdef class Parser:
                     self.state = S_DECIDE
                 elif cmd.op == OP_QUIT:
                     self.discard_input()
+                    self.state = S_QUIT
                 return 1
             elif self.state == S_BODY:
                 if not self._advance():
@@ -436,6 +438,8 @@ cdef class Parser:
                 cmd.op = OP_SKIPPED
                 cmd.err = self.skip_err
                 return 1
+            elif self.state == S_QUIT:
+                return 0
             else:
                 raise RuntimeError("Parser.next() called before a put was accepted or rejected")
 

@@ -1,0 +1,202 @@
+"""A deliberately simple reference parser of the beanstalk protocol, for tests.
+
+It models beanstalkd 1.12's reading the way beanstalkd does it, with a
+224-byte line buffer filled one byte at a time, rather than the way
+fastbean's parser does it (zero-copy scanning of chunks). Both must produce
+the same commands for the same byte stream, however it is split.
+"""
+
+LINE_MAX = 224
+NAME_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()")
+U32 = 2**32 - 1
+U64 = 2**64 - 1
+
+
+def _uint(s, limit):
+    # strict reader: spaces, a digit, digits; returns (value, rest) or None
+    s = s.lstrip(b" ")
+    digits = b""
+    while s[:1].isdigit():
+        digits += s[:1]
+        s = s[1:]
+    if not digits or int(digits) > limit:
+        return None
+    return int(digits), s
+
+
+def _last(s, limit):
+    r = _uint(s, limit)
+    return r[0] if r is not None and r[1] == b"" else None
+
+
+def _strtol(s):
+    # C strtol/strtoul in base 10: (negative, magnitude) or "none" / "overflow"
+    s = s.lstrip(b" \t\n\v\f\r")
+    neg = False
+    if s[:1] in (b"+", b"-"):
+        neg = s[:1] == b"-"
+        s = s[1:]
+    digits = b""
+    while s[:1].isdigit():
+        digits += s[:1]
+        s = s[1:]
+    if not digits:
+        return "none"
+    v = int(digits)
+    if v > U64:
+        return "overflow"
+    return neg, v
+
+
+def _name_ok(n):
+    return 1 <= len(n) <= 200 and n[:1] != b"-" and all(c in NAME_CHARS for c in n)
+
+
+def parse_line(line):
+    """One line without CRLF -> a command tuple like fastbean's Parser.parse()."""
+    if b"\0" in line:
+        return ("BAD_FORMAT", None)
+    B = ("BAD_FORMAT", None)
+    if line.startswith(b"put "):
+        rest = line[4:]
+        vals = []
+        for _ in range(4):
+            r = _uint(rest, U32)
+            if r is None:
+                return B
+            vals.append(r[0])
+            rest = r[1]
+        return ("put", None, *vals, rest != b"")
+    for word, op in ((b"peek ", "peek"),):
+        if line.startswith(word):
+            v = _last(line[len(word):], U64)
+            return B if v is None else (op, None, v)
+    for word in (b"peek-ready", b"peek-delayed", b"peek-buried"):
+        if line.startswith(word):
+            return (word.decode(), None) if line == word else B
+    if line.startswith(b"reserve-with-timeout "):
+        r = _strtol(line[21:])
+        if r == "overflow":
+            return B
+        if r == "none":
+            return ("reserve-with-timeout", None, 0)
+        neg, v = r
+        if (not neg and v > 2**63 - 1) or (neg and v > 2**63):
+            return B
+        v = (-v if neg else v) & 0xFFFFFFFF
+        return ("reserve-with-timeout", None, v - 2**32 if v >= 2**31 else v)
+    if line.startswith(b"reserve-job "):
+        v = _last(line[12:], U64)
+        return B if v is None else ("reserve-job", None, v)
+    if line.startswith(b"reserve"):
+        return ("reserve", None) if line == b"reserve" else B
+    if line.startswith(b"delete "):
+        v = _last(line[7:], U64)
+        return B if v is None else ("delete", None, v)
+    if line.startswith(b"release "):
+        a = _uint(line[8:], U64)
+        b = a and _uint(a[1], U32)
+        c = b and _last(b[1], U32)
+        return B if c is None or not b else ("release", None, a[0], b[0], c)
+    if line.startswith(b"bury "):
+        a = _uint(line[5:], U64)
+        b = a and _last(a[1], U32)
+        return B if b is None or not a else ("bury", None, a[0], b)
+    if line.startswith(b"kick "):
+        r = _strtol(line[5:])
+        if r in ("none", "overflow"):
+            return B
+        neg, v = r
+        return ("kick", None, ((-v if neg else v) & U64) & 0xFFFFFFFF)
+    for word, op in ((b"kick-job ", "kick-job"), (b"touch ", "touch"), (b"stats-job ", "stats-job")):
+        if line.startswith(word):
+            v = _last(line[len(word):], U64)
+            return B if v is None else (op, None, v)
+    if line.startswith(b"stats-tube "):
+        n = line[11:]
+        return ("stats-tube", None, n) if _name_ok(n) else B
+    if line.startswith(b"stats"):
+        return ("stats", None) if line == b"stats" else B
+    for word, op in ((b"use ", "use"), (b"watch ", "watch"), (b"ignore ", "ignore")):
+        if line.startswith(word):
+            n = line[len(word):]
+            return (op, None, n) if _name_ok(n) else B
+    for word in (b"list-tubes-watched", b"list-tube-used", b"list-tubes"):
+        if line.startswith(word):
+            return (word.decode(), None) if line == word else B
+    if line.startswith(b"quit"):
+        return ("quit", None)
+    if line.startswith(b"pause-tube"):
+        rest = line[10:].lstrip(b" ")
+        i = 0
+        while i < len(rest) and rest[i] in NAME_CHARS:
+            i += 1
+        name, rest = rest[:i], rest[i:]
+        v = _last(rest, U32)
+        if not name or v is None:
+            return B
+        return ("pause-tube", None if _name_ok(name) else "BAD_FORMAT", name, v)
+    if line.startswith(b"fastbean-stats"):
+        return ("fastbean-stats", None) if line == b"fastbean-stats" else B
+    return ("UNKNOWN_COMMAND", None)
+
+
+class RefParser:
+    """Byte-at-a-time model of beanstalkd's connection reading."""
+
+    def __init__(self, accept=lambda n: True):
+        self.accept = accept
+        self.buf = b""          # the 224-byte command buffer
+        self.skipping = False
+        self.body = None        # bytes still expected for a body / discard
+        self.body_left = 0
+        self.discard = False
+        self.quit = False
+        self.out = []
+
+    def feed(self, data):
+        for b in data:
+            if self.quit:
+                break
+            self._byte(bytes([b]))
+        out, self.out = self.out, []
+        return out
+
+    def _byte(self, b):
+        if self.body_left:
+            self.body_left -= 1
+            if not self.discard:
+                self.body += b
+            if self.body_left == 0:
+                if self.discard:
+                    self.out.append(("skipped", "JOB_TOO_BIG"))
+                elif self.body.endswith(b"\r\n"):
+                    self.out.append(("body", None, self.body))
+                else:
+                    self.out.append(("body", "EXPECTED_CRLF", None))
+                self.body = None
+            return
+        self.buf += b
+        n = len(self.buf)
+        # beanstalkd scans the first n-1 buffered bytes for a CR
+        cr = self.buf.find(b"\r", 0, n - 1)
+        if cr >= 0 and self.buf[cr + 1:cr + 2] == b"\n":
+            line, self.buf = self.buf[:cr], b""
+            if self.skipping:
+                self.skipping = False
+                self.out.append(("BAD_FORMAT", None))
+                return
+            cmd = parse_line(line)
+            self.out.append(cmd)
+            if cmd[0] == "put":
+                nbytes, garbage = cmd[5], cmd[6]
+                if not self.accept(nbytes):
+                    self.discard, self.body_left = True, nbytes + 2
+                elif not garbage:
+                    self.discard, self.body_left, self.body = False, nbytes + 2, b""
+            elif cmd[0] == "quit":
+                self.quit = True
+            return
+        if n == LINE_MAX:
+            self.buf = b""
+            self.skipping = True

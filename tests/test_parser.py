@@ -1,0 +1,116 @@
+"""The compiled parser against the byte-at-a-time reference model, over fixed
+and random inputs, fed whole and in random pieces."""
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fastbean._parser import Parser
+from refparser import RefParser, parse_line
+
+MAX_JOB = 64
+
+
+def accept(n):
+    return n <= MAX_JOB
+
+
+def compiled(chunks):
+    p = Parser()
+    out = []
+    for c in chunks:
+        out += p.parse(c, accept)
+    return out
+
+
+def reference(chunks):
+    r = RefParser(accept)
+    out = []
+    for c in chunks:
+        out += r.feed(c)
+    return out
+
+
+def splits(data, rnd, n):
+    cuts = sorted(rnd.sample(range(1, len(data)), min(n, len(data) - 1))) if len(data) > 1 else []
+    return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+
+
+FIXED = [
+    b"put 1 2 3 5\r\nhello\r\n",
+    b"put 0 0 10 5\r\nhelloXX\r\nstats\r\n",                 # EXPECTED_CRLF, surplus is a command
+    b"put 0 0 10 70\r\n" + b"x" * 72 + b"list-tubes\r\n",     # too big: swallowed, then a command
+    b"put 0 0 10 70 junk\r\n" + b"x" * 72,                    # too big beats trailing garbage
+    b"put 0 0 10 5 x\r\nhello\r\n",                           # garbage: body parsed as commands
+    b"x" * 500 + b"\r\nlist-tube-used\r\n",                   # over-long line: one BAD_FORMAT
+    b"a" * 222 + b"\r\n" + b"stats\r\n",                      # exactly 224 bytes: a line
+    b"a" * 223 + b"\r\nlist-tube-used\r\nstats\r\n",          # CRLF straddles the window
+    b"use a\rb\r\n" + b"y" * 300 + b"\r\nstats\r\n",          # bare CR stalls the line
+    b"use a\0b\r\nuse ok\r\n",
+    b"kick -1\r\nkick 1abc\r\nkick 0x5\r\nkick 4294967297\r\nkick \r\nkick abc\r\n",
+    b"reserve-with-timeout -1\r\nreserve-with-timeout 4294967296\r\nreserve-with-timeout abc\r\n"
+    b"reserve-with-timeout 99999999999999999999\r\nreserve-with-timeout 5 junk\r\n",
+    b"pause-tubedefault 5\r\npause-tube   a    0\r\npause-tube -x 1\r\npause-tube a5\r\n",
+    b"stats-job\r\nstats-tubes x\r\nstatsx\r\nstats \r\nreservex\r\nreserve \r\npeek-readyx\r\n",
+    b"quitx\r\nstats\r\n",
+    b"release 1  2  3\r\nput  0  0 10 1\r\nx\r\ndelete  1\r\nbury 1\r\nbury 1 x\r\n",
+    b"peek 18446744073709551615\r\npeek 18446744073709551616\r\npeek -1\r\npeek +1\r\n",
+    b"use " + b"a" * 200 + b"\r\nuse " + b"a" * 201 + b"\r\nuse -a\r\nuse a-\r\nuse  a\r\n",
+    b"\r\n \r\nPUT 1\r\nput\r\nput \r\n",
+    b"put 0 0 1 0\r\n\r\nput 0 0 1 2\r\n\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("data", FIXED)
+def test_fixed_inputs_match_reference(data):
+    want = reference([data])
+    assert compiled([data]) == want
+    rnd = random.Random(data)
+    for _ in range(20):
+        assert compiled(splits(data, rnd, rnd.randint(1, 12))) == want
+    assert compiled([data[i:i + 1] for i in range(len(data))]) == want
+
+
+def test_every_split_point_of_a_pipeline():
+    data = b"".join(FIXED[:6])
+    want = reference([data])
+    for i in range(1, len(data)):
+        assert compiled([data[:i], data[i:]]) == want, i
+
+
+WORDS = [b"put ", b"peek ", b"peek-ready", b"peek-delayed", b"peek-buried", b"reserve",
+         b"reserve-with-timeout ", b"reserve-job ", b"delete ", b"release ", b"bury ", b"kick ",
+         b"kick-job ", b"touch ", b"stats", b"stats-job ", b"stats-tube ", b"use ", b"watch ",
+         b"ignore ", b"list-tubes", b"list-tube-used", b"list-tubes-watched", b"pause-tube",
+         b"quit", b"fastbean-stats"]
+PIECES = [b"0", b"1", b"5", b"42", b"-1", b"+3", b"4294967295", b"4294967296",
+          b"18446744073709551616", b" ", b"  ", b"\t", b"x", b"foo", b"-x", b"a" * 120,
+          b"\r", b"\n", b"\0", b"\r\n"]
+
+line_st = st.builds(lambda w, ps: w + b"".join(ps) + b"\r\n",
+                    st.sampled_from(WORDS), st.lists(st.sampled_from(PIECES), max_size=6))
+stream_st = st.lists(st.one_of(line_st, st.binary(max_size=40), line_st, line_st),
+                     min_size=1, max_size=30).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream_st, st.randoms(use_true_random=False))
+def test_random_streams_and_splits_match_reference(data, rnd):
+    want = reference([data])
+    assert compiled(splits(data, rnd, rnd.randint(0, 20))) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600), st.randoms(use_true_random=False))
+def test_random_bytes_never_raise(data, rnd):
+    assert compiled(splits(data, rnd, rnd.randint(0, 10))) == reference([data])
+
+
+def test_reference_parses_lines_like_beanstalkd_table():
+    # a few rows of the reference notes' prefix table, to pin the oracle itself
+    assert parse_line(b"put") == ("UNKNOWN_COMMAND", None)
+    assert parse_line(b"put ") == ("BAD_FORMAT", None)
+    assert parse_line(b"stats-job") == ("BAD_FORMAT", None)
+    assert parse_line(b"quit now") == ("quit", None)
+    assert parse_line(b"kick\t1") == ("UNKNOWN_COMMAND", None)
+    assert parse_line(b"pause-tubedefault 5") == ("pause-tube", None, b"default", 5)
