@@ -1,0 +1,314 @@
+"""The engine against a small pure-Python model of the protocol's semantics.
+
+Hypothesis drives several connections through random commands; every reply
+of the compiled engine (run in-process, sans-IO, with fake transports) must be
+the one the model predicts. Time plays no part: no delays, TTRs far away.
+"""
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fastbean._core import Core
+
+TUBES = ["default", "a", "b", "c"]
+URGENT = 1024
+
+
+class FakeTransport:
+    def __init__(self):
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data):
+        self.out += data
+
+    def writelines(self, chunks):
+        for c in chunks:
+            self.out += c
+
+    def close(self):
+        self.closed = True
+
+
+class ModelJob:
+    def __init__(self, id, tube, pri, body):
+        self.id, self.tube, self.pri, self.body = id, tube, pri, body
+        self.state = "ready"
+        self.owner = None
+        self.reserves = self.releases = self.buries = self.kicks = 0
+
+
+class ModelConn:
+    def __init__(self):
+        self.use = "default"
+        self.watch = ["default"]
+
+
+class Model:
+    """beanstalkd's semantics, written as plainly as possible."""
+
+    def __init__(self):
+        self.jobs = {}
+        self.next_id = 1
+        self.tubes = ["default"]
+        self.buried = {}              # tube -> [ids], oldest first
+
+    def referenced(self, tube, conns):
+        return (tube == "default" or any(j.tube == tube for j in self.jobs.values())
+                or any(c.use == tube or tube in c.watch for c in conns))
+
+    def touch_tube(self, tube):
+        if tube not in self.tubes:
+            self.tubes.append(tube)
+
+    def gc(self, conns):
+        # freed tubes leave list-tubes by swap-removal, as in beanstalkd
+        for t in list(self.tubes):
+            if not self.referenced(t, conns):
+                i = self.tubes.index(t)
+                last = self.tubes.pop()
+                if i < len(self.tubes):
+                    self.tubes[i] = last
+
+    def ready_in(self, tubes):
+        cands = [j for j in self.jobs.values() if j.state == "ready" and j.tube in tubes]
+        return min(cands, key=lambda j: (j.pri, j.id)) if cands else None
+
+
+def job_reply(word, j):
+    return b"%s %d %d\r\n%s\r\n" % (word, j.id, len(j.body), j.body)
+
+
+class EngineVsModel(RuleBasedStateMachine):
+    @initialize()
+    def setup(self):
+        self.core = Core(max_job_size=100, version=b"test")
+        self.model = Model()
+        self.conns = []
+        for _ in range(3):
+            self._open()
+
+    def _open(self):
+        t = FakeTransport()
+        c = self.core.connect(lambda on: None, lambda: None)
+        c.attach(t.write, t.writelines, t.close)
+        self.conns.append((c, t, ModelConn()))
+
+    def send(self, i, data):
+        c, t, _ = self.conns[i]
+        c.feed(data)
+        out = bytes(t.out)
+        t.out.clear()
+        return out
+
+    def mconns(self):
+        return [m for _, _, m in self.conns]
+
+    idx = st.integers(0, 2)
+    pri = st.sampled_from([0, 1, 5, 1023, 1024, 4294967295])
+    tube = st.sampled_from(TUBES)
+
+    @rule(i=idx, pri=pri, body=st.binary(max_size=12))
+    def put(self, i, pri, body):
+        m = self.mconns()[i]
+        got = self.send(i, b"put %d 0 1000 %d\r\n%s\r\n" % (pri, len(body), body))
+        j = ModelJob(self.model.next_id, m.use, pri, body)
+        self.model.jobs[j.id] = j
+        self.model.next_id += 1
+        assert got == b"INSERTED %d\r\n" % j.id
+
+    @rule(i=idx)
+    def reserve_now(self, i):
+        m = self.mconns()[i]
+        got = self.send(i, b"reserve-with-timeout 0\r\n")
+        j = self.model.ready_in(m.watch)
+        if j is None:
+            assert got == b"TIMED_OUT\r\n"
+        else:
+            j.state, j.owner = "reserved", i
+            j.reserves += 1
+            assert got == job_reply(b"RESERVED", j)
+
+    def pick(self, data, ids):
+        return data.draw(st.sampled_from(sorted(ids) + [self.model.next_id + 5]))
+
+    @rule(i=idx, data=st.data())
+    def reserve_job(self, i, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"reserve-job %d\r\n" % jid)
+        j = self.model.jobs.get(jid)
+        if j is None or j.state == "reserved":
+            assert got == b"NOT_FOUND\r\n"
+            return
+        if j.state == "buried":
+            self.model.buried[j.tube].remove(j.id)
+        j.state, j.owner = "reserved", i
+        j.reserves += 1
+        assert got == job_reply(b"RESERVED", j)
+
+    @rule(i=idx, data=st.data())
+    def delete(self, i, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"delete %d\r\n" % jid)
+        j = self.model.jobs.get(jid)
+        if j is None or (j.state == "reserved" and j.owner != i):
+            assert got == b"NOT_FOUND\r\n"
+            return
+        if j.state == "buried":
+            self.model.buried[j.tube].remove(j.id)
+        del self.model.jobs[jid]
+        self.model.gc(self.mconns())
+        assert got == b"DELETED\r\n"
+
+    @rule(i=idx, pri=pri, data=st.data())
+    def release(self, i, pri, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"release %d %d 0\r\n" % (jid, pri))
+        j = self.model.jobs.get(jid)
+        if j is None or j.state != "reserved" or j.owner != i:
+            assert got == b"NOT_FOUND\r\n"
+            return
+        j.state, j.owner, j.pri = "ready", None, pri
+        j.releases += 1
+        assert got == b"RELEASED\r\n"
+
+    @rule(i=idx, pri=pri, data=st.data())
+    def bury(self, i, pri, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"bury %d %d\r\n" % (jid, pri))
+        j = self.model.jobs.get(jid)
+        if j is None or j.state != "reserved" or j.owner != i:
+            assert got == b"NOT_FOUND\r\n"
+            return
+        j.state, j.owner, j.pri = "buried", None, pri
+        j.buries += 1
+        self.model.buried.setdefault(j.tube, []).append(j.id)
+        assert got == b"BURIED\r\n"
+
+    @rule(i=idx, n=st.integers(0, 4))
+    def kick(self, i, n):
+        m = self.mconns()[i]
+        got = self.send(i, b"kick %d\r\n" % n)
+        ids = self.model.buried.get(m.use, [])[:n]
+        for jid in ids:
+            j = self.model.jobs[jid]
+            j.state = "ready"
+            j.kicks += 1
+            self.model.buried[m.use].remove(jid)
+        assert got == b"KICKED %d\r\n" % len(ids)
+
+    @rule(i=idx, data=st.data())
+    def kick_job(self, i, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"kick-job %d\r\n" % jid)
+        j = self.model.jobs.get(jid)
+        if j is None or j.state != "buried":
+            assert got == b"NOT_FOUND\r\n"
+            return
+        self.model.buried[j.tube].remove(jid)
+        j.state = "ready"
+        j.kicks += 1
+        assert got == b"KICKED\r\n"
+
+    @rule(i=idx)
+    def peek_ready(self, i):
+        m = self.mconns()[i]
+        got = self.send(i, b"peek-ready\r\n")
+        j = self.model.ready_in([m.use])
+        assert got == (b"NOT_FOUND\r\n" if j is None else job_reply(b"FOUND", j))
+
+    @rule(i=idx)
+    def peek_buried(self, i):
+        m = self.mconns()[i]
+        got = self.send(i, b"peek-buried\r\n")
+        ids = self.model.buried.get(m.use)
+        assert got == (job_reply(b"FOUND", self.model.jobs[ids[0]]) if ids else b"NOT_FOUND\r\n")
+
+    @rule(i=idx, data=st.data())
+    def stats_job(self, i, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"stats-job %d\r\n" % jid)
+        j = self.model.jobs.get(jid)
+        if j is None:
+            assert got == b"NOT_FOUND\r\n"
+            return
+        fields = dict(line.split(": ", 1) for line in got.decode().split("\n")[1:-2] if ": " in line)
+        assert fields["tube"] == j.tube and fields["state"] == j.state
+        assert int(fields["pri"]) == j.pri and int(fields["reserves"]) == j.reserves
+        assert int(fields["releases"]) == j.releases and int(fields["buries"]) == j.buries
+        assert int(fields["kicks"]) == j.kicks
+
+    @rule(i=idx, t=tube)
+    def use(self, i, t):
+        m = self.mconns()[i]
+        got = self.send(i, b"use %s\r\n" % t.encode())
+        self.model.touch_tube(t)
+        m.use = t
+        self.model.gc(self.mconns())
+        assert got == b"USING %s\r\n" % t.encode()
+
+    @rule(i=idx, t=tube)
+    def watch(self, i, t):
+        m = self.mconns()[i]
+        got = self.send(i, b"watch %s\r\n" % t.encode())
+        self.model.touch_tube(t)
+        if t not in m.watch:
+            m.watch.append(t)
+        assert got == b"WATCHING %d\r\n" % len(m.watch)
+
+    @rule(i=idx, t=tube)
+    def ignore(self, i, t):
+        m = self.mconns()[i]
+        got = self.send(i, b"ignore %s\r\n" % t.encode())
+        if t in m.watch:
+            if len(m.watch) == 1:
+                assert got == b"NOT_IGNORED\r\n"
+                return
+            k = m.watch.index(t)
+            last = m.watch.pop()
+            if k < len(m.watch):
+                m.watch[k] = last
+            self.model.gc(self.mconns())
+        assert got == b"WATCHING %d\r\n" % len(m.watch)
+
+    @rule(i=idx)
+    def list_tubes(self, i):
+        got = self.send(i, b"list-tubes\r\nlist-tubes-watched\r\n")
+        m = self.mconns()[i]
+
+        def doc(names):
+            body = b"---\n" + b"".join(b"- %s\n" % n.encode() for n in names)
+            return b"OK %d\r\n%s\r\n" % (len(body), body)
+        assert got == doc(self.model.tubes) + doc(m.watch)
+
+    @precondition(lambda self: len(self.conns) > 1)
+    @rule(i=idx)
+    def reconnect(self, i):
+        # close connection i (its reservations go back to ready), open a fresh one
+        c, t, _ = self.conns[i]
+        c.gone()
+        for j in self.model.jobs.values():
+            if j.state == "reserved" and j.owner == i:
+                j.state, j.owner = "ready", None
+        t2 = FakeTransport()
+        c2 = self.core.connect(lambda on: None, lambda: None)
+        c2.attach(t2.write, t2.writelines, t2.close)
+        self.conns[i] = (c2, t2, ModelConn())
+        self.model.gc(self.mconns())
+
+    @invariant()
+    def counts_agree(self):
+        if not hasattr(self, "core"):
+            return
+        got = self.send(0, b"stats\r\n").decode()
+        stats = dict(line.split(": ", 1) for line in got.split("\n")[1:-1] if ": " in line)
+        jobs = self.model.jobs.values()
+        for state in ("ready", "reserved", "buried"):
+            assert int(stats["current-jobs-" + state]) == sum(j.state == state for j in jobs)
+        assert int(stats["current-jobs-urgent"]) == sum(
+            j.state == "ready" and j.pri < URGENT for j in jobs)
+        assert int(stats["current-tubes"]) == len(self.model.tubes)
+        assert self.core.current_jobs == len(self.model.jobs)
+
+
+EngineVsModel.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+test_engine_matches_model = EngineVsModel.TestCase
