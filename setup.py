@@ -31,7 +31,6 @@ setup(
     ext_modules=cythonize(
         extensions,
         compiler_directives={"language_level": 3, "embedsignature": True},
-        compile_time_env={"FASTBEAN_DEBUG": DEBUG},
         annotate=DEBUG,
     ),
 )

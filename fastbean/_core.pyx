@@ -29,6 +29,14 @@ include "_heap.pxi"
 include "_table.pxi"
 include "_wal.pxi"
 
+cdef extern from *:
+    """
+    #ifndef FASTBEAN_DEBUG
+    #define FASTBEAN_DEBUG 0
+    #endif
+    """
+    bint DEBUG_BUILD "FASTBEAN_DEBUG"    # setup.py: FASTBEAN_DEBUG=1 checks every structure after every command
+
 cdef extern from "malloc.h":
     int malloc_trim(size_t pad)
     int mallopt(int param, int value)
@@ -777,6 +785,8 @@ cdef class Core:
                     break
                 self.dispatch(c, &cmd)
                 n += 1
+                if DEBUG_BUILD:
+                    self.check()
         finally:
             c.in_run = False
         c.flush()
@@ -1278,6 +1288,69 @@ cdef class Core:
 
     def set_draining(self):
         self.draining = True
+
+    def check(self):
+        """Walk every structure and raise AssertionError on any inconsistency.
+
+        Cold: for tests and the FASTBEAN_DEBUG build, which runs it after
+        every command.
+        """
+        cdef Py_ssize_t i, k, ready = 0, urgent = 0, delayed = 0, buried = 0, reserved = 0
+        cdef Py_ssize_t nb, nelig = 0
+        cdef Tube *t
+        cdef Job *j
+        cdef Heap *h
+        cdef Conn c
+        assert self.ntubes == len(self.tube_by_name)
+        for i in range(self.ntubes):
+            t = self.tubes[i]
+            assert t.list_index == i
+            assert <size_t>self.tube_by_name[<bytes>t.name] == <size_t>t
+            assert t.refs > 0, "a dead tube is still listed"
+            for nb in range(2):
+                h = &t.ready if nb == 0 else &t.delay
+                for k in range(h.len):
+                    j = <Job *>h.items[k]
+                    assert j.heap_index == k and j.tube == t
+                    assert k == 0 or not h.less(h.items[k], h.items[(k - 1) // 2]), "heap order"
+                    assert table_find(&self.jobs, j.id) == j
+            for k in range(t.ready.len):
+                j = <Job *>t.ready.items[k]
+                assert j.state == JOB_READY
+                urgent += j.pri < URGENT_PRI
+            for k in range(t.delay.len):
+                assert (<Job *>t.delay.items[k]).state == JOB_DELAYED
+            ready += t.ready.len
+            delayed += t.delay.len
+            nb = 0
+            j = t.buried_head
+            while j != NULL:
+                assert j.state == JOB_BURIED and j.tube == t
+                assert (j.prev == NULL) == (j == t.buried_head)
+                assert (j.next == NULL) == (j == t.buried_tail)
+                nb += 1
+                j = j.next
+            assert nb == t.buried_ct
+            buried += nb
+            for k in range(t.nwaiting):
+                c = <Conn>t.waiting[k].conn
+                assert c.waiting and c.watch[t.waiting[k].slot].tube == t
+                assert c.watch[t.waiting[k].slot].wpos == k
+            elig = t.nwaiting > 0 and t.ready.len > 0 and t.pause_ns == 0
+            assert elig == (t.elig_index >= 0), "eligible set"
+            nelig += elig
+            if t.delay.len or t.pause_ns:
+                assert t.timer_index >= 0, "a tube with a timer due is not in the timer heap"
+        assert nelig == self.neligible
+        for k in range(self.ttr_heap.len):
+            j = <Job *>self.ttr_heap.items[k]
+            assert j.state == JOB_RESERVED and j.heap_index == k and j.owner != NULL
+            reserved += 1
+        assert ready == self.ready_ct and urgent == self.urgent_ct
+        assert delayed == self.delayed_ct and buried == self.buried_ct
+        assert reserved == self.reserved_ct
+        assert ready + delayed + buried + reserved == self.jobs.count, "a job is in no structure"
+        return True
 
     # -- binlog API (binlog.py) ----------------------------------------------------
 

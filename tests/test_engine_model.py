@@ -308,6 +308,7 @@ class EngineVsModel(RuleBasedStateMachine):
             j.state == "ready" and j.pri < URGENT for j in jobs)
         assert int(stats["current-tubes"]) == len(self.model.tubes)
         assert self.core.current_jobs == len(self.model.jobs)
+        assert self.core.check()
 
 
 EngineVsModel.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
