@@ -1469,6 +1469,7 @@ cdef class Core:
             return (0, n, "unknown version %d" % version)
         pos = WAL_HEADER
         reason = None
+        signed = -1             # unknown until the first record: 1 = written by fastbean
         while pos + 4 <= n:
             memcpy(&namelen, p + pos, 4)
             if namelen < 0 or namelen > WAL_NAME_MAX:
@@ -1483,6 +1484,11 @@ cdef class Core:
                 break                       # end of the records written
             if not wal_rec_ok(&rec):
                 reason = "corrupt record"
+                break
+            if signed < 0:
+                signed = wal_signed(&rec)
+            elif signed and not wal_signed(&rec):
+                reason = "torn record"
                 break
             name = p + pos + 4
             body = NULL

@@ -3,6 +3,12 @@
 # binlog.py's business.
 
 cdef enum:
+    # fastbean signs the three trailing pad bytes of every record it writes
+    # ("fb", 1). beanstalkd ignores padding; replay uses the signature to tell
+    # a record of ours torn by a crash (its tail zero-filled) from a real one.
+    WAL_SIG0 = 0x66
+    WAL_SIG1 = 0x62
+    WAL_SIG2 = 0x01
     WAL_VERSION = 7
     WAL_SHORT = 84            # int32 0 + Jobrec
     WAL_HEADER = 4            # int32 version
@@ -29,6 +35,13 @@ cdef void wal_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
     r.bury_ct = j.bury_ct
     r.kick_ct = j.kick_ct
     r.state = j.state
+    r.pad2[0] = WAL_SIG0
+    r.pad2[1] = WAL_SIG1
+    r.pad2[2] = WAL_SIG2
+
+
+cdef inline bint wal_signed(Jobrec *r) noexcept:
+    return r.pad2[0] == WAL_SIG0 and r.pad2[1] == WAL_SIG1 and r.pad2[2] == WAL_SIG2
 
 
 cdef bint wal_rec_ok(Jobrec *r) noexcept:
@@ -37,4 +50,5 @@ cdef bint wal_rec_ok(Jobrec *r) noexcept:
     # record torn by a crash inside zero-filled preallocated space fails here
     # instead of being applied (a zero state byte would read as "deleted").
     return (r.id != 0 and r.ttr >= 1000000000 and r.body_size >= 2
-            and r.state <= JOB_DELAYED and r.created_at > 0)
+            and r.state <= JOB_DELAYED
+            and 946684800000000000 < r.created_at < 4102444800000000000)   # 2000..2100

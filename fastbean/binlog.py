@@ -32,7 +32,8 @@ def _marker(max_id):
     # beanstalkd's) ignores it as a record of an unknown job but still counts
     # its id, so ids continue after a restart even when every job is gone.
     now = time.time_ns()
-    rec = struct.pack("<QI4xqqi4xqqIIIIIB3x", max_id, 0, 0, 10**9, 2, now, 0, 0, 0, 0, 0, 0, 0)
+    rec = struct.pack("<QI4xqqi4xqqIIIIIB3s", max_id, 0, 0, 10**9, 2, now, 0, 0, 0, 0, 0, 0, 0,
+                      b"fb\x01")       # signed like every record fastbean writes (see _wal.pxi)
     return struct.pack("<i", 0) + rec
 
 

@@ -1,0 +1,171 @@
+"""Command line: beanstalkd's flags with beanstalkd's meanings, plus fastbean's own.
+
+Only light modules are imported here: the listening socket is bound before
+asyncio, uvloop and the engine are loaded, so clients can connect (into the
+kernel's backlog) while the rest of the server starts.
+"""
+import logging
+import os
+import sys
+
+from fastbean import __version__
+from fastbean.config import MAX_JOB_SIZE_LIMIT, Config
+from fastbean.errors import ConfigError
+
+log = logging.getLogger("fastbean")
+
+USAGE = """\
+Use: fastbean [OPTIONS]
+
+Options:
+ -b DIR   keep a binlog (write-ahead log) in DIR, so jobs survive restarts
+ -f MS    fsync the binlog at most every MS milliseconds (-f0: before every reply)
+ -F       never fsync
+ -l ADDR  listen on ADDR, or on the UNIX socket PATH with unix:PATH (default: all addresses)
+ -p PORT  listen on PORT (default: 11300)
+ -u USER  switch to USER and its group after binding
+ -z BYTES largest job body accepted (default: 65535)
+ -s BYTES size of each binlog file (default: 10485760)
+ -c       (removed in beanstalkd; ignored with a warning)
+ -n       (removed in beanstalkd; ignored with a warning)
+ -v       print the version and exit
+ -V       log more; repeat for more (-VV logs every read and reply)
+ -h       print this help and exit
+
+fastbean's own options:
+ --max-memory BYTES      answer put with OUT_OF_MEMORY once the jobs held use BYTES
+                         (suffixes K, M, G; default: no cap)
+ --max-connections N     refuse connections beyond N (default: no limit)
+"""
+
+VALUE_FLAGS = "bflpuzs"
+SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class Usage(ConfigError):
+    """A usage error: print the message and the usage text, exit 5."""
+
+
+def _size(text, what):
+    if not text.isdigit():
+        raise Usage("invalid size: %s" % text if what is None else "invalid %s: %s" % (what, text))
+    return int(text)
+
+
+def _bytes_with_suffix(text, what):
+    t = text.strip().upper().rstrip("B")
+    unit = t[-1:] if t[-1:] in SUFFIXES and not t[-1:].isdigit() else ""
+    num = t[:-1] if unit else t
+    if not num.isdigit():
+        raise Usage("invalid %s: %s" % (what, text))
+    return int(num) * SUFFIXES[unit]
+
+
+def parse_args(argv):
+    """argv (without the program name) -> Config. Raises ConfigError/Usage;
+    returns None when the job is done (-h, -v)."""
+    opts = {}
+    verbosity = 0
+    fsync, fsync_ms = True, 50
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg.startswith("--") and len(arg) > 2:
+            name, eq, value = arg[2:].partition("=")
+            if name not in ("max-memory", "max-connections"):
+                raise Usage("unknown option: %s" % arg)
+            if not eq:
+                if i >= len(args):
+                    raise Usage("--%s requires an argument" % name)
+                value = args[i]
+                i += 1
+            if name == "max-memory":
+                opts["max_memory"] = _bytes_with_suffix(value, "--max-memory")
+            else:
+                opts["max_connections"] = _size(value, "--max-connections")
+            continue
+        if not arg.startswith("-") or arg == "-":
+            raise Usage("unknown argument: %s" % arg)
+        j = 1
+        while j < len(arg):
+            flag = arg[j]
+            j += 1
+            if flag in VALUE_FLAGS:
+                # the rest of this word, or else the whole next word (even "-p")
+                if j < len(arg):
+                    value, j = arg[j:], len(arg)
+                elif i < len(args):
+                    value = args[i]
+                    i += 1
+                else:
+                    raise Usage("flag -%s requires an argument" % flag)
+                if flag == "p":
+                    opts["port"] = value
+                elif flag == "l":
+                    opts["listen_addr"] = value
+                elif flag == "u":
+                    opts["user"] = value
+                elif flag == "b":
+                    opts["binlog_dir"] = value
+                elif flag == "z":
+                    size = _size(value, None)
+                    if size > MAX_JOB_SIZE_LIMIT:
+                        log.warning("maximum job size was set to %d", MAX_JOB_SIZE_LIMIT)
+                        size = MAX_JOB_SIZE_LIMIT
+                    opts["max_job_size"] = size
+                elif flag == "s":
+                    opts["binlog_size"] = _size(value, None)
+                elif flag == "f":
+                    if not value.isdigit():
+                        raise Usage("invalid fsync interval: %s" % value)
+                    fsync, fsync_ms = True, int(value)
+            elif flag == "F":
+                fsync = False
+            elif flag == "V":
+                verbosity += 1
+            elif flag in "cn":
+                log.warning("-%s flag was removed. binlog is always compacted.", flag)
+            elif flag == "h":
+                sys.stderr.write(USAGE)
+                return None
+            elif flag == "v":
+                sys.stdout.write("fastbean %s\n" % __version__)
+                return None
+            else:
+                raise Usage("unknown flag: -%s" % flag)
+    return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
+
+
+def main(argv=None):
+    logging.basicConfig(stream=sys.stderr, format="fastbean: %(message)s", level=logging.WARNING)
+    try:
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+    except Usage as e:
+        sys.stderr.write("fastbean: %s\n%s" % (e, USAGE))
+        return e.status
+    except ConfigError as e:
+        log.error("%s", e)
+        return e.status
+    if config is None:
+        return 0
+    if config.verbosity:
+        log.setLevel(logging.INFO)
+
+    from fastbean import sockets
+    try:
+        sockets.raise_nofile_limit()
+        listeners = sockets.open_listeners(config)
+        if config.user:
+            sockets.drop_privileges(config.user)
+    except ConfigError as e:
+        log.error("%s", e)
+        return e.status
+
+    from fastbean import server        # asyncio, uvloop and the engine: after binding
+    return server.run(config, listeners)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Listening sockets as beanstalkd makes them; socket activation; -u; fd limits."""
+import errno
+import logging
+import os
+import socket
+import stat
+
+from fastbean.errors import ConfigError
+
+log = logging.getLogger("fastbean")
+
+BACKLOG = 1024
+SD_LISTEN_FDS_START = 3
+UNIX_PATH_MAX = 107
+
+
+def raise_nofile_limit():
+    """Raise the soft open-files limit as far as the hard limit allows."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open-files limit to %d: %s", hard, e)
+
+
+def _inherited(config):
+    # systemd socket activation: fds from 3 on, if they are meant for us.
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    try:
+        n = int(os.environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        n = 0
+    for var in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(var, None)
+    if n < 1:
+        return None
+    if n > 1:
+        log.warning("inherited %d listen fds; using only fd %d", n, SD_LISTEN_FDS_START)
+    if config.listen_addr is not None:
+        log.warning("inherited listen fd; ignoring option: -l %s", config.listen_addr)
+    if config.port != "11300":
+        log.warning("inherited listen fd; ignoring option: -p %s", config.port)
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as e:
+        raise ConfigError("inherited fd %d is not a socket: %s" % (SD_LISTEN_FDS_START, e), 111)
+    if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        raise ConfigError("inherited fd %d is not a listening stream socket" % SD_LISTEN_FDS_START, 111)
+    sock.setblocking(False)
+    return sock
+
+
+def _unix(path):
+    if len(path) > UNIX_PATH_MAX:
+        raise ConfigError("socket path too long: %s" % path, 111)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError("%s exists and is not a socket" % path, 111)
+        log.warning("removing existing local socket to replace it")
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise ConfigError("bind %s: %s" % (path, e.strerror), 111)
+    sock.setblocking(False)
+    return sock
+
+
+def _tcp(host, port):
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM,
+                                   0, socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError("getaddrinfo(%s, %s): %s" % (host or "*", port, e.strerror), 111)
+    family, type_, proto, _, addr = infos[0]
+    sock = socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\0" * 8)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(addr)
+        sock.listen(BACKLOG)
+    except OSError as e:
+        sock.close()
+        code = errno.errorcode.get(e.errno, e.errno)
+        raise ConfigError("bind %s port %s: %s (%s)" % (host or "*", port, e.strerror, code), 111)
+    sock.setblocking(False)
+    return sock
+
+
+def open_listeners(config):
+    """The listening sockets for config: inherited, UNIX or TCP."""
+    sock = _inherited(config)
+    if sock is None:
+        addr = config.listen_addr
+        if addr is not None and addr.startswith("unix:"):
+            sock = _unix(addr[5:])
+        else:
+            sock = _tcp(addr or None, config.port)
+    log.info("bind %d %s", sock.fileno(), sock.getsockname())
+    return [sock]
+
+
+def drop_privileges(user):
+    """Become user (its uid and primary gid), as beanstalkd's -u does."""
+    import pwd
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise ConfigError("getpwnam(\"%s\"): no such user" % user, 32)
+    try:
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    except OSError as e:
+        raise ConfigError("cannot become %s: %s" % (user, e.strerror), 34)
