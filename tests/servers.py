@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 BEANSTALKD = shutil.which("beanstalkd") or "/usr/bin/beanstalkd"
@@ -26,8 +27,8 @@ def fastbean_cmd():
 class Server:
     """One server process on 127.0.0.1:port."""
 
-    def __init__(self, kind, proc, port):
-        self.kind, self.proc, self.port = kind, proc, port
+    def __init__(self, kind, proc, port, log):
+        self.kind, self.proc, self.port, self._log = kind, proc, port, log
 
     @property
     def pid(self):
@@ -37,9 +38,11 @@ class Server:
     def start(cls, kind, *args, port=None, timeout=10.0):
         port = port or free_port()
         base = [BEANSTALKD] if kind == "beanstalkd" else fastbean_cmd()
+        # stderr goes to a file: a pipe nobody reads could fill up and stall the server
+        log = tempfile.TemporaryFile()
         proc = subprocess.Popen(base + ["-l", "127.0.0.1", "-p", str(port), *map(str, args)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        server = cls(kind, proc, port)
+                                stdout=subprocess.DEVNULL, stderr=log)
+        server = cls(kind, proc, port, log)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -48,7 +51,7 @@ class Server:
             except OSError:
                 if proc.poll() is not None:
                     raise RuntimeError("%s exited with %s: %s" % (
-                        kind, proc.returncode, proc.stderr.read().decode(errors="replace")))
+                        kind, proc.returncode, server.log.decode(errors="replace")))
                 if time.monotonic() > deadline:
                     server.kill()
                     raise RuntimeError("%s did not accept connections on port %d" % (kind, port))
@@ -63,8 +66,13 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        self.proc.stderr.close()
         return self.proc.returncode
+
+    @property
+    def log(self):
+        """Everything the server wrote to stderr so far."""
+        self._log.seek(0)
+        return self._log.read()
 
     def kill(self):
         return self.stop(signal.SIGKILL)

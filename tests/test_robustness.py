@@ -1,0 +1,177 @@
+"""Limits, hostile clients and overload: the server stays up, bounded, and loses nothing."""
+import resource
+import socket
+import time
+
+import pytest
+
+from servers import Client, Server
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def server(request):
+    s = Server.start("fastbean", *getattr(request, "param", ()))
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("server", [("--max-memory", "1M")], indirect=True)
+def test_memory_cap_refuses_puts_until_memory_is_freed(server):
+    with Client(server.port) as c:
+        ext = c.yaml(b"fastbean-stats")
+        assert ext["max-memory"] == 1 << 20 and ext["memory-used"] == 0
+        body = b"x" * 10000
+        ids = []
+        while True:
+            r = c.cmd(b"put 0 0 60 %d\r\n%s" % (len(body), body))
+            if r == b"OUT_OF_MEMORY":
+                break
+            ids.append(int(r.split()[1]))
+            assert len(ids) < 200
+        assert 90 <= len(ids) <= 105
+        # the rejected body was swallowed: the connection is in sync
+        assert c.cmd(b"list-tube-used") == b"USING default"
+        # everything but put keeps working at the cap
+        with Client(server.port) as w:
+            jid, got = w.job(b"reserve-with-timeout 0")
+            assert jid == ids[0] and got == body
+            w.cmd(b"delete %d" % jid, b"DELETED")
+        assert c.stats()["current-jobs-ready"] == len(ids) - 1
+        # below the cap again: puts succeed
+        assert c.cmd(b"put 0 0 60 %d\r\n%s" % (len(body), body)).startswith(b"INSERTED")
+        assert c.cmd(b"put 0 0 60 %d\r\n%s" % (len(body), body)) == b"OUT_OF_MEMORY"
+        used = c.yaml(b"fastbean-stats")["memory-used"]
+        assert used <= 1 << 20
+        for i in ids[1:]:
+            c.cmd(b"delete %d" % i, b"DELETED")
+        assert c.yaml(b"fastbean-stats")["memory-used"] < 20000
+
+
+def test_slow_reader_cannot_make_the_server_buffer_without_bound(server):
+    base = rss(server.pid)
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.setblocking(False)
+    sent = 0
+    req = b"stats\r\n" * 1000           # each reply is about a kilobyte
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and sent < 40 << 20:
+        try:
+            sent += slow.send(req)
+        except BlockingIOError:
+            time.sleep(0.01)
+    # Whatever the kernel's buffers took, the server itself holds little:
+    # the replies to 40 MB of stats commands would be 5 GB.
+    assert rss(server.pid) - base < 64 << 20
+    with Client(server.port) as c:            # others don't notice
+        assert c.put(b"still here") >= 1
+        assert c.stats()["current-connections"] == 2
+    slow.close()
+    deadline = time.monotonic() + 5
+    with Client(server.port) as c:
+        while c.stats()["current-connections"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_clients_vanishing_mid_body_leak_nothing(server):
+    for n in range(300):
+        k = socket.create_connection(("127.0.0.1", server.port))
+        k.sendall(b"put 0 0 10 1000\r\n" + b"y" * (n % 1000))
+        k.close()
+    for n in range(100):
+        # vanish mid-reply: a pipeline of puts, reserves and stats, then gone
+        k = socket.create_connection(("127.0.0.1", server.port))
+        k.sendall(b"put 0 0 10 5\r\nhello\r\nreserve\r\nstats\r\n" * 20)
+        k.close()
+    with Client(server.port) as c:
+        deadline = time.monotonic() + 10
+        while c.stats()["current-connections"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        st = c.stats()
+        jobs = st["current-jobs-ready"]
+        assert 0 < jobs <= 2000
+        assert st["current-jobs-reserved"] == 0 and st["current-waiting"] == 0
+        assert st["current-producers"] == 0 and st["current-workers"] == 0
+        # no charge is left behind by the 300 bodies that never arrived
+        used = c.yaml(b"fastbean-stats")["memory-used"]
+        jid = c.put(b"hello")
+        per_job = c.yaml(b"fastbean-stats")["memory-used"] - used
+        assert used == jobs * per_job
+        c.cmd(b"delete %d" % jid, b"DELETED")
+    assert server.proc.poll() is None
+
+
+@pytest.mark.parametrize("server", [("--max-connections", "5")], indirect=True)
+def test_connection_limit(server):
+    held = [Client(server.port) for _ in range(5)]
+    for c in held:
+        assert c.cmd(b"list-tube-used") == b"USING default"
+    extra = socket.create_connection(("127.0.0.1", server.port))
+    extra.settimeout(5)
+    assert extra.recv(10) == b""             # closed at once
+    extra.close()
+    held.pop().close()
+    deadline = time.monotonic() + 5
+    while True:
+        c = Client(server.port)
+        try:
+            if c.cmd(b"list-tube-used") == b"USING default":
+                break
+        except ConnectionError:
+            pass
+        c.close()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    c.close()
+    for c in held:
+        c.close()
+    assert b"connection limit (5) reached" in server.log
+
+
+def test_many_idle_connections_and_tubes(server):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, 4096)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    n = min(2000, want - 100)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(n)]
+    with Client(server.port) as c:
+        for t in range(2000):
+            c.send(b"use t%d\r\nput 0 3600 60 1\r\nx\r\n" % t)
+        for t in range(2000):
+            assert c.line() == b"USING t%d" % t
+            assert c.line().startswith(b"INSERTED")
+        st = c.stats()
+        assert st["current-connections"] == n + 1
+        assert st["current-tubes"] >= 2001 and st["current-jobs-delayed"] == 2000
+        c.use("default")
+        jid = c.put(b"work")
+        jid2, body = c.job(b"reserve-with-timeout 1")
+        assert (jid2, body) == (jid, b"work")
+    for k in idle:
+        k.close()
+
+
+def test_pipelined_flood_is_answered_in_order(server):
+    with Client(server.port) as c:
+        n = 100000
+        c.send(b"".join(b"put 0 0 60 2\r\n%02d\r\n" % (i % 100) for i in range(n)))
+        for i in range(n):
+            assert c.line() == b"INSERTED %d" % (i + 1)
+        with Client(server.port) as other:
+            assert other.cmd(b"list-tube-used") == b"USING default"
+        c.send(b"kick 100\r\n" + b"delete %d\r\n" % n)
+        assert c.line() == b"KICKED 0"
+        assert c.line() == b"DELETED"
