@@ -1,0 +1,140 @@
+"""Process lifecycle: drain mode on SIGUSR1, clean exit on SIGTERM/SIGINT,
+start-up speed, UNIX sockets and socket activation."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from servers import Client, Server, fastbean_cmd, free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["fastbean", "beanstalkd"])
+def server(request):
+    s = Server.start(request.param)
+    yield s
+    s.stop()
+
+
+def test_sigusr1_drains(server):
+    with Client(server.port) as c:
+        j = c.put(b"before")
+        os.kill(server.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while c.stats()["draining"] != "true":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert c.cmd(b"put 0 0 10 5\r\nhello") == b"DRAINING"
+        assert c.job(b"reserve-with-timeout 0") == (j, b"before")
+        c.cmd(b"delete %d" % j, b"DELETED")
+        assert c.stats()["current-jobs-ready"] == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_clean_exit(sig):
+    s = Server.start("fastbean")
+    idle = Client(s.port)
+    with Client(s.port) as c:
+        c.put(b"x")
+        c.send(b"stats\r\n")
+        os.kill(s.pid, sig)
+        assert c.line().startswith(b"OK ")
+    assert s.wait(10) == 0
+    idle.close()
+
+
+def test_accepts_connections_soon_after_start():
+    # the socket is bound before the heavy imports; clients can connect into
+    # the backlog and are answered once the loop runs
+    port = free_port()
+    p = subprocess.Popen(fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)],
+                         stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+        s.sendall(b"list-tube-used\r\n")
+        assert s.recv(100) == b"USING default\r\n"
+        s.close()
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def test_unix_socket_replaces_a_stale_one(tmp_path):
+    path = str(tmp_path / "fb.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()
+    p = subprocess.Popen(fastbean_cmd() + ["-l", "unix:" + path], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(path)
+                s.sendall(b"list-tube-used\r\n")
+                if s.recv(100) == b"USING default\r\n":
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        s.close()
+    finally:
+        p.terminate()
+        p.wait()
+    assert b"removing existing local socket" in p.stderr.read()
+
+
+def test_unix_socket_path_taken_by_a_file_is_refused(tmp_path):
+    path = tmp_path / "not-a-socket"
+    path.write_text("x")
+    p = subprocess.run(fastbean_cmd() + ["-l", "unix:%s" % path], capture_output=True, timeout=30)
+    assert p.returncode == 111
+
+
+def test_socket_activation(tmp_path):
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    port = lsock.getsockname()[1]
+    fd = lsock.fileno()
+    # the child gets the socket as fd 3 and LISTEN_PID set to its own pid
+    code = ("import os, sys; os.dup2(%d, 3); os.environ['LISTEN_FDS'] = '1'; "
+            "os.environ['LISTEN_PID'] = str(os.getpid()); "
+            "os.execv(sys.executable, [sys.executable, '-m', 'fastbean', '-p', '1'])" % fd)
+    p = subprocess.Popen([sys.executable, "-c", code], pass_fds=[fd], stderr=subprocess.PIPE)
+    lsock.close()
+    try:
+        with Client(port) as c:
+            assert c.cmd(b"list-tube-used") == b"USING default"
+    finally:
+        p.terminate()
+        p.wait()
+    assert b"inherited listen fd; ignoring option: -p 1" in p.stderr.read()
+
+
+@pytest.mark.parametrize("argv,status", [(["-h"], 0), (["-v"], 0), (["-x"], 5), (["stray"], 5),
+                                         (["-z", "10k"], 5), (["-p"], 5), (["-"], 5)])
+def test_flag_errors_match_beanstalkd(argv, status):
+    for cmd in (fastbean_cmd(), ["beanstalkd"]):
+        p = subprocess.run(cmd + argv, capture_output=True, timeout=30)
+        assert p.returncode == status, (cmd, argv, p.stderr)
+
+
+def test_version_and_help_streams():
+    p = subprocess.run(fastbean_cmd() + ["-v"], capture_output=True, text=True, timeout=30)
+    assert p.stdout.startswith("fastbean ") and p.stderr == ""
+    p = subprocess.run(fastbean_cmd() + ["-h"], capture_output=True, text=True, timeout=30)
+    assert "-b DIR" in p.stderr and p.stdout == ""
