@@ -175,3 +175,42 @@ def test_pipelined_flood_is_answered_in_order(server):
         c.send(b"kick 100\r\n" + b"delete %d\r\n" % n)
         assert c.line() == b"KICKED 0"
         assert c.line() == b"DELETED"
+
+
+def test_random_bytes_and_huge_sizes_get_protocol_answers(server):
+    import random
+    rnd = random.Random(1234)
+    junk = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(5)]
+    for k in junk:
+        k.settimeout(0.5)
+    for i in range(300):
+        k = rnd.choice(junk)
+        chunk = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 300)))
+        if rnd.random() < 0.3:
+            chunk += b"\r\n"
+        try:
+            k.sendall(chunk)
+        except OSError:
+            pass
+    for k in junk:
+        k.close()
+    with Client(server.port) as c:
+        # a declared size far beyond -z: JOB_TOO_BIG once the bytes are swallowed
+        c.send(b"put 0 0 10 70000\r\n" + b"z" * 70002)
+        assert c.line() == b"JOB_TOO_BIG"
+        c.send(b"put 0 0 10 4294967295\r\n")
+        c.send(b"y" * 100000)          # swallowing goes on, nothing is allocated for it
+    with Client(server.port) as c:
+        assert c.yaml(b"fastbean-stats")["memory-used"] == 0
+    with Client(server.port) as c:
+        assert c.cmd(b"x" * 500) == b"BAD_FORMAT"
+        assert c.cmd(b"\0") == b"BAD_FORMAT"
+        j = c.put(b"fine")
+        assert c.job(b"reserve-with-timeout 0") == (j, b"fine")
+        c.cmd(b"delete %d" % j, b"DELETED")
+        deadline = time.monotonic() + 5
+        while c.stats()["current-connections"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert c.yaml(b"fastbean-stats")["memory-used"] == 0
+    assert server.proc.poll() is None
