@@ -9,11 +9,11 @@ Space: every file is preallocated, and the current file always keeps room for
 a delete record of every live job, so a full disk can refuse a put but never
 a delete.
 """
-import concurrent.futures
 import fcntl
 import logging
 import os
 import struct
+import threading
 import time
 
 from fastbean.errors import BinlogError, BinlogLockedError
@@ -37,6 +37,61 @@ def _marker(max_id):
     return struct.pack("<i", 0) + rec
 
 
+class Syncer:
+    """One thread that runs fdatasync for the loop, back to back.
+
+    The loop asks for "everything written up to record N" and goes on; the
+    thread syncs, reports N back through the loop, and if more has been
+    written meanwhile starts the next sync at once, without waiting for the
+    loop to ask again. Each request carries its own dup of the file's fd, so a
+    rotation can close the original while a sync is still running on it.
+    """
+
+    def __init__(self, loop, done):
+        self._loop = loop
+        self._done = done               # done(seq, error) runs on the loop
+        self._cond = threading.Condition(threading.Lock())
+        self._want = None               # (fd, seq): the newest request not started yet
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="fastbean-fsync", daemon=True)
+        self._thread.start()
+
+    def request(self, fd, seq):
+        dup = os.dup(fd)
+        with self._cond:
+            old, self._want = self._want, (dup, seq)
+            self._cond.notify()
+        if old is not None:             # superseded before it started: the new one covers it
+            os.close(old[0])
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while self._want is None and not self._stopping:
+                    self._cond.wait()
+                if self._want is None:
+                    return
+                (fd, seq), self._want = self._want, None
+            err = None
+            try:
+                os.fdatasync(fd)
+            except OSError as e:
+                err = e
+            finally:
+                os.close(fd)
+            try:
+                self._loop.call_soon_threadsafe(self._done, seq, err)
+            except RuntimeError:        # the loop is closed: shutting down
+                return
+
+    def stop(self):
+        """Finish what was asked, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+
 class Binlog:
     def __init__(self, core, loop, directory, max_size, fsync=True, fsync_ms=50):
         self.core = core
@@ -56,9 +111,8 @@ class Binlog:
         self._synced_seq = 0        # records fsynced
         self._last_sync = 0.0
         self._sync_timer = None     # -f MS: the fsync due at most MS after a write
-        self._syncing = None        # -f 0: the fsync running in the sync thread
-        self._retired = []          # fds of finished files the sync thread may still use
-        self._executor = None
+        self._asked_seq = 0         # records the sync thread has been asked to sync
+        self._syncer = None
 
     # -- start-up ---------------------------------------------------------------
 
@@ -172,10 +226,7 @@ class Binlog:
                 os.fsync(fd)
         except OSError as e:
             log.error("finishing binlog.%d: %s", seq, e.strerror)
-        if self._syncing is not None:
-            self._retired.append(fd)
-        else:
-            os.close(fd)
+        os.close(fd)
         self.sizes[seq] = used
         self.closed_bytes += used
 
@@ -202,36 +253,29 @@ class Binlog:
         self._start_sync()
 
     def _start_sync(self):
-        # One fdatasync at a time runs in a thread, covering every record
-        # written so far, while the loop goes on running commands. With -f 0
-        # their replies wait for the next one: that is the group commit.
-        if self._syncing is not None or self._synced_seq >= self._written_seq:
+        # The sync thread covers every record written so far, while the loop
+        # goes on running commands. With -f 0 their replies wait for it: that
+        # is the group commit.
+        if self._asked_seq >= self._written_seq:
             return
         self._last_sync = time.monotonic()
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, "fastbean-fsync")
-        seq = self._written_seq
-        self._syncing = self.loop.run_in_executor(self._executor, os.fdatasync, self.fd)
-        self._syncing.add_done_callback(lambda fut: self._synced(fut, seq))
+        if self._syncer is None:
+            self._syncer = Syncer(self.loop, self._synced)
+        self._asked_seq = self._written_seq
+        self._syncer.request(self.fd, self._written_seq)
 
-    def _synced(self, fut, seq):
-        self._syncing = None
-        exc = fut.exception()
-        if exc is not None:
-            log.error("fsync of binlog.%d failed: %s", self.seq, exc)
-        for fd in self._retired:
-            os.close(fd)
-        self._retired.clear()
+    def _synced(self, seq, err):
+        if err is not None:
+            log.error("fsync of binlog.%d failed: %s", self.seq, err.strerror)
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
             self.core.set_durable(seq)
-            self._start_sync()
         else:
             self._arm_sync()
 
     def _arm_sync(self):
         # -f MS: sync at most MS ms after the last one, if anything is unsynced.
-        if self._sync_timer is not None or self._syncing is not None:
+        if self._sync_timer is not None or self._asked_seq > self._synced_seq:
             return
         if self._written_seq <= self._synced_seq:
             return
@@ -284,11 +328,9 @@ class Binlog:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-        for fd in self._retired:
-            os.close(fd)
-        self._retired.clear()
+        if self._syncer is not None:
+            self._syncer.stop()
+            self._syncer = None
         if self.fd >= 0:
             self._write(*self.core.take_wal())
             try:
