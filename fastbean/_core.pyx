@@ -37,6 +37,29 @@ cdef extern from *:
     """
     bint DEBUG_BUILD "FASTBEAN_DEBUG"    # setup.py: FASTBEAN_DEBUG=1 checks every structure after every command
 
+cdef extern from "_arena.h":
+    int fb_arena_install()
+    ctypedef struct ArenaPool "fb_arenas_t":
+        int count
+        size_t size
+        int installed
+        unsigned long long taken_warm, taken_cold, prefaulted
+    ArenaPool fb_arenas
+
+
+def prefault_arenas():
+    """Have a helper thread fault in pymalloc's next arenas ahead of demand
+    (see _arena.h). The server calls this once at start-up; True if it runs."""
+    return fb_arena_install() == 0
+
+
+def arena_stats():
+    """The prefault pool's counters (read without its lock: a snapshot for tests and logs)."""
+    return {"installed": bool(fb_arenas.installed), "arena_size": fb_arenas.size,
+            "pooled": fb_arenas.count, "prefaulted": fb_arenas.prefaulted,
+            "taken_warm": fb_arenas.taken_warm, "taken_cold": fb_arenas.taken_cold}
+
+
 cdef extern from "malloc.h":
     int malloc_trim(size_t pad)
     int mallopt(int param, int value)

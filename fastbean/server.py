@@ -6,7 +6,7 @@ import signal
 import socket
 
 from fastbean import __version__
-from fastbean._core import Core
+from fastbean._core import Core, prefault_arenas
 from fastbean.binlog import Binlog
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.protocol import ConnProtocol, TracingConnProtocol
@@ -131,6 +131,8 @@ def run(config, listeners):
     """Serve on the given listening sockets until SIGTERM/SIGINT; return the exit status."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
+    if not prefault_arenas():
+        log.warning("could not start the page-prefault thread; new memory is faulted in on the loop")
     server = Server(config, loop)
     if config.verbosity:
         log.info("pid %d", os.getpid())

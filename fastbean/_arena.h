@@ -1,0 +1,138 @@
+/* Pre-faulted arenas for Python's small-object allocator.
+ *
+ * Jobs and their bodies live in pymalloc arenas (1 MiB each on 64-bit).  A
+ * fresh arena costs its first writer a page fault and a page clear per 4 KiB;
+ * under a put-heavy load that is the largest single cost on the event-loop
+ * thread.  Here a helper thread keeps a few arenas mapped and written ahead of
+ * demand, so the loop thread takes arenas whose pages are already there.
+ * Freed arenas refill the pool first; past it they are unmapped, so memory
+ * still goes back to the OS after a backlog drains.
+ *
+ * The pool holds at most FB_ARENA_POOL arenas: idle, the server keeps that
+ * much resident beyond what Python itself holds.
+ */
+#ifndef FASTBEAN_ARENA_H
+#define FASTBEAN_ARENA_H
+
+#include <Python.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define FB_ARENA_POOL 8
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    void *pool[FB_ARENA_POOL];
+    int count;
+    size_t size;                 /* the arena size pymalloc asks for; 0 until it asks */
+    int installed;
+    PyObjectArenaAllocator orig;
+    /* counters, read by arena_stats() */
+    unsigned long long taken_warm, taken_cold, prefaulted;
+} fb_arenas_t;
+
+static fb_arenas_t fb_arenas = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void *fb_map(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void fb_populate(void *p, size_t size)
+{
+    /* One call on kernels that have it (5.14+), else a write per page. */
+    if (madvise(p, size, MADV_POPULATE_WRITE) != 0) {
+        long page = sysconf(_SC_PAGESIZE);
+        for (size_t off = 0; off < size; off += (size_t)page)
+            ((volatile char *)p)[off] = 0;
+    }
+}
+
+static void *fb_prefault_main(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&fb_arenas.mu);
+    for (;;) {
+        while (fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
+            pthread_cond_wait(&fb_arenas.wake, &fb_arenas.mu);
+        size_t size = fb_arenas.size;
+        pthread_mutex_unlock(&fb_arenas.mu);
+        void *p = fb_map(size);
+        if (p != NULL)
+            fb_populate(p, size);
+        pthread_mutex_lock(&fb_arenas.mu);
+        if (p == NULL) {
+            /* Out of address space or memory: stop trying until an arena is
+             * taken again; pymalloc's own fallback reports the failure. */
+            pthread_cond_wait(&fb_arenas.wake, &fb_arenas.mu);
+            continue;
+        }
+        fb_arenas.pool[fb_arenas.count++] = p;
+        fb_arenas.prefaulted++;
+    }
+    return NULL;
+}
+
+static void *fb_arena_alloc(void *ctx, size_t size)
+{
+    (void)ctx;
+    void *p = NULL;
+    pthread_mutex_lock(&fb_arenas.mu);
+    if (fb_arenas.size == 0)
+        fb_arenas.size = size;   /* pymalloc's arena size, learnt from its first request */
+    if (size == fb_arenas.size && fb_arenas.count > 0) {
+        p = fb_arenas.pool[--fb_arenas.count];
+        fb_arenas.taken_warm++;
+    } else {
+        fb_arenas.taken_cold++;
+    }
+    pthread_cond_signal(&fb_arenas.wake);
+    pthread_mutex_unlock(&fb_arenas.mu);
+    return p != NULL ? p : fb_map(size);
+}
+
+static void fb_arena_free(void *ctx, void *p, size_t size)
+{
+    (void)ctx;
+    pthread_mutex_lock(&fb_arenas.mu);
+    if (size == fb_arenas.size && fb_arenas.count < FB_ARENA_POOL) {
+        fb_arenas.pool[fb_arenas.count++] = p;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&fb_arenas.mu);
+    if (p != NULL)
+        munmap(p, size);
+}
+
+/* Install the pool as pymalloc's arena allocator; 0 on success (or when
+ * already installed), -1 if the helper thread could not be started. */
+static int fb_arena_install(void)
+{
+    pthread_t tid;
+    pthread_attr_t attr;
+    PyObjectArenaAllocator mine = {NULL, fb_arena_alloc, fb_arena_free};
+
+    if (fb_arenas.installed)
+        return 0;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    int err = pthread_create(&tid, &attr, fb_prefault_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (err != 0)
+        return -1;
+    PyObject_GetArenaAllocator(&fb_arenas.orig);
+    PyObject_SetArenaAllocator(&mine);
+    fb_arenas.installed = 1;
+    return 0;
+}
+
+#endif
