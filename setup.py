@@ -1,4 +1,4 @@
-"""Build the two compiled modules: the parser and the queue engine.
+"""Build the compiled modules: the parser, the queue engine and the binlog's fsync thread.
 
 FASTBEAN_DEBUG=1 builds with invariant checks, -O0 -g and annotated HTML.
 FASTBEAN_SANITIZE=1 adds AddressSanitizer and UBSan (run under LD_PRELOAD of libasan).
@@ -24,6 +24,8 @@ extensions = [
     Extension("fastbean._parser", ["fastbean/_parser.pyx"],
               extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
     Extension("fastbean._core", ["fastbean/_core.pyx"],
+              extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
+    Extension("fastbean._sync", ["fastbean/_sync.pyx"],
               extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
 ]
 

@@ -1786,6 +1786,8 @@ cdef class Conn:
             return
         self.parser.feed(data)
         core.run(self)
+        if core.commit_asked and core.commit_eager:
+            core.binlog.commit()
         if core.dirty:
             core.flush_dirty()
         core.rearm()

@@ -13,9 +13,9 @@ import fcntl
 import logging
 import os
 import struct
-import threading
 import time
 
+from fastbean._sync import SyncThread
 from fastbean.errors import BinlogError, BinlogLockedError
 
 log = logging.getLogger("fastbean")
@@ -35,61 +35,6 @@ def _marker(max_id):
     rec = struct.pack("<QI4xqqi4xqqIIIIIB3s", max_id, 0, 0, 10**9, 2, now, 0, 0, 0, 0, 0, 0, 0,
                       b"fb\x01")       # signed like every record fastbean writes (see _wal.pxi)
     return struct.pack("<i", 0) + rec
-
-
-class Syncer:
-    """One thread that runs fdatasync for the loop, back to back.
-
-    The loop asks for "everything written up to record N" and goes on; the
-    thread syncs, reports N back through the loop, and if more has been
-    written meanwhile starts the next sync at once, without waiting for the
-    loop to ask again. Each request carries its own dup of the file's fd, so a
-    rotation can close the original while a sync is still running on it.
-    """
-
-    def __init__(self, loop, done):
-        self._loop = loop
-        self._done = done               # done(seq, error) runs on the loop
-        self._cond = threading.Condition(threading.Lock())
-        self._want = None               # (fd, seq): the newest request not started yet
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="fastbean-fsync", daemon=True)
-        self._thread.start()
-
-    def request(self, fd, seq):
-        dup = os.dup(fd)
-        with self._cond:
-            old, self._want = self._want, (dup, seq)
-            self._cond.notify()
-        if old is not None:             # superseded before it started: the new one covers it
-            os.close(old[0])
-
-    def _run(self):
-        while True:
-            with self._cond:
-                while self._want is None and not self._stopping:
-                    self._cond.wait()
-                if self._want is None:
-                    return
-                (fd, seq), self._want = self._want, None
-            err = None
-            try:
-                os.fdatasync(fd)
-            except OSError as e:
-                err = e
-            finally:
-                os.close(fd)
-            try:
-                self._loop.call_soon_threadsafe(self._done, seq, err)
-            except RuntimeError:        # the loop is closed: shutting down
-                return
-
-    def stop(self):
-        """Finish what was asked, then end the thread."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self._thread.join()
 
 
 class Binlog:
@@ -112,7 +57,7 @@ class Binlog:
         self._last_sync = 0.0
         self._sync_timer = None     # -f MS: the fsync due at most MS after a write
         self._asked_seq = 0         # records the sync thread has been asked to sync
-        self._syncer = None
+        self._syncer = None         # SyncThread, started with the first sync
 
     # -- start-up ---------------------------------------------------------------
 
@@ -163,6 +108,7 @@ class Binlog:
             log.info("replayed %d jobs from %d binlog files in %.3f s",
                      jobs, len(seqs), time.monotonic() - t0)
         self.core.wal_enable(self)
+        self.core.commit_eager = self.fsync and self.fsync_ms == 0
         live, resv, used, cap, nfiles = self.core.wal_status()
         if not self._new_file(resv):
             raise BinlogError("cannot create a binlog file in %s" % self.dir)
@@ -260,15 +206,22 @@ class Binlog:
             return
         self._last_sync = time.monotonic()
         if self._syncer is None:
-            self._syncer = Syncer(self.loop, self._synced)
+            self._syncer = SyncThread()
+            self.loop.add_reader(self._syncer.fileno(), self._sync_done)
         self._asked_seq = self._written_seq
+        self.core.commit_eager = False
         self._syncer.request(self.fd, self._written_seq)
 
-    def _synced(self, seq, err):
-        if err is not None:
-            log.error("fsync of binlog.%d failed: %s", self.seq, err.strerror)
+    def _sync_done(self):
+        seq, err = self._syncer.collect()
+        if err:
+            log.error("fsync of binlog.%d failed: %s", self.seq, os.strerror(err))
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
+            # The sync thread is idle again: the next read's records start a
+            # sync at once instead of at the end of the loop turn, so one group
+            # syncs while the next gathers.
+            self.core.commit_eager = self._asked_seq <= self._synced_seq
             self.core.set_durable(seq)
         else:
             self._arm_sync()
@@ -329,6 +282,7 @@ class Binlog:
             self._sync_timer.cancel()
             self._sync_timer = None
         if self._syncer is not None:
+            self.loop.remove_reader(self._syncer.fileno())
             self._syncer.stop()
             self._syncer = None
         if self.fd >= 0:

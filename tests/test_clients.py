@@ -70,6 +70,7 @@ def test_greenstalk_binary_bodies(server):
 def test_compiled_modules_are_what_runs():
     import fastbean._core as core
     import fastbean._parser as parser
-    for mod in (core, parser):
+    import fastbean._sync as sync
+    for mod in (core, parser, sync):
         assert isinstance(mod.__loader__, importlib.machinery.ExtensionFileLoader), mod
         assert mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), mod.__file__
