@@ -706,7 +706,10 @@ cdef class Core:
             else:
                 self.conn_retime(c, now)
         self.flush_dirty()
-        if self.freed_since_trim > TRIM_AFTER and self.jobs.count * 4 < self.freed_since_trim // 256:
+        # Give freed memory back once a backlog has drained: much freed, and
+        # what is still held a small part of it. Trimming under a steady churn
+        # would only make the next puts fault the same pages in again.
+        if self.freed_since_trim > TRIM_AFTER and self.mem_used * 4 < self.freed_since_trim:
             malloc_trim(0)
             self.freed_since_trim = 0
         if done >= budget:

@@ -14,6 +14,10 @@ from fastbean.protocol import ConnProtocol, TracingConnProtocol
 log = logging.getLogger("fastbean")
 
 SHUTDOWN_GRACE = 5.0      # seconds to finish writing to clients on SIGTERM/SIGINT
+# Jobs or connections one timer callback may handle (delays coming due, TTR
+# expiries, reserve timeouts); the rest waits for the next loop turn, so a
+# mass expiry costs other clients a few ms per turn at most.
+TICK_BUDGET = 2048
 
 
 def new_event_loop():
@@ -77,7 +81,7 @@ class Server:
 
     def _tick(self):
         self._timer = None
-        delay = self.core.tick()
+        delay = self.core.tick(TICK_BUDGET)
         if self._timer is not None:     # armed again while ticking; tick's answer covers it
             self._timer.cancel()
             self._timer = None
@@ -97,6 +101,9 @@ class Server:
             else:
                 srv = await self.loop.create_server(factory, sock=sock, backlog=1024)
             self.listeners.append(srv)
+        if self.config.max_memory:
+            log.warning("memory cap %d bytes: put answers OUT_OF_MEMORY beyond it "
+                        "(fastbean-stats shows memory-used)", self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop)

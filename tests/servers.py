@@ -12,6 +12,9 @@ import time
 
 BEANSTALKD = shutil.which("beanstalkd") or "/usr/bin/beanstalkd"
 
+# `make fuzz` (FASTBEAN_FUZZ=N) multiplies the examples of the randomized tests.
+FUZZ = max(1, int(os.environ.get("FASTBEAN_FUZZ", "1")))
+
 
 def free_port():
     with socket.socket() as s:

@@ -8,6 +8,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fastbean._core import Core
+from servers import FUZZ
 
 TUBES = ["default", "a", "b", "c"]
 URGENT = 1024
@@ -311,5 +312,5 @@ class EngineVsModel(RuleBasedStateMachine):
         assert self.core.check()
 
 
-EngineVsModel.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+EngineVsModel.TestCase.settings = settings(max_examples=150 * FUZZ, stateful_step_count=60, deadline=None)
 test_engine_matches_model = EngineVsModel.TestCase

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fastbean._parser import Parser
 from refparser import RefParser, parse_line
+from servers import FUZZ
 
 MAX_JOB = 64
 
@@ -93,14 +94,14 @@ stream_st = st.lists(st.one_of(line_st, st.binary(max_size=40), line_st, line_st
                      min_size=1, max_size=30).map(b"".join)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300 * FUZZ, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream_st, st.randoms(use_true_random=False))
 def test_random_streams_and_splits_match_reference(data, rnd):
     want = reference([data])
     assert compiled(splits(data, rnd, rnd.randint(0, 20))) == want
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * FUZZ, deadline=None)
 @given(st.binary(max_size=600), st.randoms(use_true_random=False))
 def test_random_bytes_never_raise(data, rnd):
     assert compiled(splits(data, rnd, rnd.randint(0, 10))) == reference([data])

@@ -55,6 +55,7 @@ def test_memory_cap_refuses_puts_until_memory_is_freed(server):
         for i in ids[1:]:
             c.cmd(b"delete %d" % i, b"DELETED")
         assert c.yaml(b"fastbean-stats")["memory-used"] < 20000
+    assert b"memory cap 1048576 bytes" in server.log
 
 
 def test_slow_reader_cannot_make_the_server_buffer_without_bound(server):

@@ -1,0 +1,42 @@
+# Developer targets. The two set-up commands in README.md need none of this.
+PY     ?= python3
+FUZZ   ?= 40
+ASAN_DIR := build/asan
+
+.PHONY: build test fuzz debug asan bench
+
+build:                ## the extensions, in place
+	$(PY) setup.py build_ext --inplace -q
+
+test: build
+	$(PY) -m pytest -q
+
+# The randomized tests (engine against its model, parser against the reference
+# parser, randomized differential sessions) with FUZZ times their examples.
+fuzz: build
+	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
+
+# The debug build (invariant checks after every command, -O0) and the test suite,
+# in a copy of the tree so the normal build is left alone.
+debug:
+	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"
+
+# The debug build under AddressSanitizer and UBSan: every server the tests start
+# runs instrumented, Python allocates with malloc so that ASan sees every block.
+asan:
+	$(MAKE) -s _variant DIR=$(ASAN_DIR) ENVV="FASTBEAN_DEBUG=1 FASTBEAN_SANITIZE=1" \
+	    RUNENV="LD_PRELOAD=$$(gcc -print-file-name=libasan.so) PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
+
+_variant:
+	rm -rf $(DIR) && mkdir -p $(DIR)
+	cp -r fastbean tests setup.py pyproject.toml README.md $(DIR)/
+	find $(DIR)/fastbean -name "*.so" -o -name "*.c" | xargs rm -f
+	cd $(DIR) && env $(ENVV) $(PY) setup.py build_ext --inplace -q
+	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider
+
+bench:                ## every benchmark, one after the other (about 40 minutes)
+	$(PY) -m benchmarks.compare
+	$(PY) -m benchmarks.memory
+	$(PY) -m benchmarks.replay --loss
+	$(PY) -m benchmarks.storms
+	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
