@@ -132,6 +132,9 @@ cdef class SyncThread:
 
     def stop(self):
         """Finish the sync asked for, then end the thread."""
+        self._join()
+
+    cdef void _join(self) noexcept:
         if not self.running:
             return
         pthread_mutex_lock(&self.s.mu)
@@ -143,13 +146,7 @@ cdef class SyncThread:
         self.running = False
 
     def __dealloc__(self):
-        if self.running:
-            pthread_mutex_lock(&self.s.mu)
-            self.s.stopping = True
-            pthread_cond_signal(&self.s.wake)
-            pthread_mutex_unlock(&self.s.mu)
-            with nogil:
-                pthread_join(self.tid, NULL)
+        self._join()
         if self.s.want_fd >= 0:
             close(self.s.want_fd)
         if self.s.efd >= 0:
