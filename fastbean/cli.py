@@ -6,10 +6,11 @@ kernel's backlog) while the rest of the server starts.
 """
 import logging
 import os
+import signal
 import sys
 
 from fastbean import __version__
-from fastbean.config import MAX_JOB_SIZE_LIMIT, Config
+from fastbean.config import HANDLED_SIGNALS, MAX_JOB_SIZE_LIMIT, Config
 from fastbean.errors import ConfigError
 
 log = logging.getLogger("fastbean")
@@ -154,6 +155,7 @@ def main(argv=None):
         log.setLevel(logging.INFO)
 
     from fastbean import sockets
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     try:
         sockets.raise_nofile_limit()
         listeners = sockets.open_listeners(config)

@@ -1,4 +1,5 @@
 """Config: everything the command line decides, frozen before the server starts."""
+import signal
 from dataclasses import dataclass
 from typing import Optional
 
@@ -7,6 +8,10 @@ DEFAULT_MAX_JOB_SIZE = 65535
 MAX_JOB_SIZE_LIMIT = 1 << 30          # beanstalkd caps -z here
 DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
+# SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
+# sockets and the server unblocks them once its handlers run, so a signal sent
+# as soon as the port answers is not lost.
+HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import socket
 from fastbean import __version__
 from fastbean._core import Core, prefault_arenas
 from fastbean.binlog import Binlog
+from fastbean.config import HANDLED_SIGNALS
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.protocol import ConnProtocol, TracingConnProtocol
 
@@ -50,6 +51,7 @@ class Server:
         self.listeners = []
         self._timer = None
         self._stopping = None
+        self._stopped = None        # set when a shutdown has finished
         self._full_logged = False
 
     # -- connections ---------------------------------------------------------
@@ -108,6 +110,16 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop)
 
+    async def serve(self, socks):
+        """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
+        self._stopped = self.loop.create_future()
+        await self.start(socks)
+        # The CLI blocked these signals before it opened the sockets: clients
+        # can connect (and signal) before the loop runs. With the handlers in
+        # place, whatever came meanwhile is delivered now instead of lost.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
+        await self._stopped
+
     def drain(self):
         if not self.core.draining:
             log.warning("entering drain mode")
@@ -131,7 +143,7 @@ class Server:
                 log.warning("%d connections still open at exit", len(self.connections))
         if self.binlog is not None:
             self.binlog.close()
-        self.loop.stop()
+        self._stopped.set_result(None)
 
 
 def run(config, listeners):
@@ -144,8 +156,7 @@ def run(config, listeners):
     if config.verbosity:
         log.info("pid %d", os.getpid())
     try:
-        loop.run_until_complete(server.start(listeners))
-        loop.run_forever()
+        loop.run_until_complete(server.serve(listeners))
     except BinlogLockedError as e:
         log.error("%s", e)
         return 10

@@ -35,6 +35,24 @@ def test_sigusr1_drains(server):
         assert c.stats()["current-jobs-ready"] == 0
 
 
+def test_signals_sent_as_soon_as_the_port_answers_are_not_lost():
+    # The port accepts (kernel backlog) before the event loop runs: a signal
+    # then must wait for the handlers, not vanish or kill the process.
+    for _ in range(5):
+        s = Server.start("fastbean")
+        os.kill(s.pid, signal.SIGUSR1)
+        with Client(s.port) as c:
+            deadline = time.monotonic() + 5
+            while c.stats()["draining"] != "true":
+                assert time.monotonic() < deadline, "SIGUSR1 was lost"
+                time.sleep(0.02)
+        s.stop()
+    for _ in range(5):
+        s = Server.start("fastbean")
+        os.kill(s.pid, signal.SIGTERM)
+        assert s.wait(5) == 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_clean_exit(sig):
     s = Server.start("fastbean")
