@@ -203,6 +203,7 @@ cdef class Core:
     cdef uint64_t durable_seq         # records binlog.py has made durable (per -f)
     cdef bint commit_asked            # binlog.schedule() called since the last take_wal()
     cdef public bint commit_eager     # binlog.py: commit at the end of each read, not of the turn
+    cdef uint64_t debug_cmds          # commands run (debug builds check structures as they go)
     cdef list held                    # connections whose replies wait for durability
     cdef public object binlog         # rotate(need) -> capacity, schedule(), oldest_index, current_index
     cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b

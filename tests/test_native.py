@@ -86,7 +86,10 @@ del jobs
 after = arena_stats()
 print(json.dumps([before, mid, after]))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    env = dict(os.environ)
+    env.pop("PYTHONMALLOC", None)       # `make asan` turns pymalloc off; this test is about its arenas
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+                         env=env)
     assert out.returncode == 0, out.stderr
     import json
     before, mid, after = json.loads(out.stdout)
