@@ -1,20 +1,24 @@
-/* Pre-faulted arenas for Python's small-object allocator.
+/* Memory faulted in ahead of demand, on a helper thread.
  *
- * Jobs and their bodies live in pymalloc arenas (1 MiB each on 64-bit).  A
- * fresh arena costs its first writer a page fault and a page clear per 4 KiB;
- * under a put-heavy load that is the largest single cost on the event-loop
- * thread.  Here a helper thread keeps a few arenas mapped and written ahead of
- * demand, so the loop thread takes arenas whose pages are already there.
- * Freed arenas refill the pool first; past it they are unmapped, so memory
- * still goes back to the OS after a backlog drains.
+ * Jobs and small bodies live in pymalloc arenas (1 MiB each on 64-bit); bodies
+ * over 512 bytes come from malloc's heap. Fresh memory costs its first writer
+ * a page fault and a page clear per 4 KiB; under a put-heavy load that is the
+ * largest single cost on the event-loop thread. So a helper thread does it:
  *
- * The pool holds at most FB_ARENA_POOL arenas: idle, the server keeps that
- * much resident beyond what Python itself holds.
+ * - it keeps a few pymalloc arenas mapped and written ahead of demand, and the
+ *   loop takes arenas whose pages are already there. Freed arenas refill the
+ *   pool first; past it they are unmapped, so memory still goes back to the
+ *   OS after a backlog drains. Idle, the pool holds FB_ARENA_POOL arenas.
+ * - malloc's heap grows FB_HEAP_PAD at a time (M_TOP_PAD); when the loop sees
+ *   it has grown (fb_heap_check), the helper populates the new part with
+ *   MADV_POPULATE_WRITE, which maps pages without writing to them, so it is
+ *   safe while the loop already uses the start of it.
  */
 #ifndef FASTBEAN_ARENA_H
 #define FASTBEAN_ARENA_H
 
 #include <Python.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -34,6 +38,9 @@ typedef struct {
     size_t size;                 /* the arena size pymalloc asks for; 0 until it asks */
     int installed;
     PyObjectArenaAllocator orig;
+    /* malloc's heap: the break last seen by the loop, and how far it is populated */
+    char *heap_brk;
+    char *heap_done;
     /* counters, read by arena_stats() */
     unsigned long long taken_warm, taken_cold, prefaulted;
 } fb_arenas_t;
@@ -56,13 +63,33 @@ static void fb_populate(void *p, size_t size)
     }
 }
 
+static void fb_heap_populate_locked(void)
+{
+    /* Populate what the heap grew by since last time. The loop may already be
+     * using the start of it: populating only maps pages, it never writes them. */
+    while (fb_arenas.heap_done < fb_arenas.heap_brk) {
+        char *from = fb_arenas.heap_done;
+        size_t n = (size_t)(fb_arenas.heap_brk - from);
+        if (n > (1 << 20))
+            n = 1 << 20;
+        fb_arenas.heap_done = from + n;
+        pthread_mutex_unlock(&fb_arenas.mu);
+        madvise(from, n, MADV_POPULATE_WRITE);
+        pthread_mutex_lock(&fb_arenas.mu);
+    }
+}
+
 static void *fb_prefault_main(void *unused)
 {
     (void)unused;
     pthread_mutex_lock(&fb_arenas.mu);
     for (;;) {
-        while (fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
+        while ((fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
+               && fb_arenas.heap_done >= fb_arenas.heap_brk)
             pthread_cond_wait(&fb_arenas.wake, &fb_arenas.mu);
+        fb_heap_populate_locked();
+        if (fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
+            continue;
         size_t size = fb_arenas.size;
         pthread_mutex_unlock(&fb_arenas.mu);
         void *p = fb_map(size);
@@ -73,6 +100,13 @@ static void *fb_prefault_main(void *unused)
             /* Out of address space or memory: stop trying until an arena is
              * taken again; pymalloc's own fallback reports the failure. */
             pthread_cond_wait(&fb_arenas.wake, &fb_arenas.mu);
+            continue;
+        }
+        if (fb_arenas.count >= FB_ARENA_POOL) {
+            /* freed arenas filled the pool while this one was being faulted */
+            pthread_mutex_unlock(&fb_arenas.mu);
+            munmap(p, size);
+            pthread_mutex_lock(&fb_arenas.mu);
             continue;
         }
         fb_arenas.pool[fb_arenas.count++] = p;
@@ -112,6 +146,26 @@ static void fb_arena_free(void *ctx, void *p, size_t size)
         munmap(p, size);
 }
 
+/* The loop calls this after allocating a large body: when malloc's heap has
+ * grown (it grows FB_HEAP_PAD at a time), the helper populates the new part.
+ * sbrk(0) only reads the current break. */
+#define FB_HEAP_PAD (8 << 20)
+static char *fb_heap_seen;
+
+static inline void fb_heap_check(void)
+{
+    char *cur = (char *)sbrk(0);
+    if (cur == fb_heap_seen || !fb_arenas.installed)
+        return;
+    fb_heap_seen = cur;
+    pthread_mutex_lock(&fb_arenas.mu);
+    if (cur < fb_arenas.heap_done || fb_arenas.heap_done == NULL)
+        fb_arenas.heap_done = cur;     /* trimmed (or first look): nothing new above */
+    fb_arenas.heap_brk = cur;
+    pthread_cond_signal(&fb_arenas.wake);
+    pthread_mutex_unlock(&fb_arenas.mu);
+}
+
 /* Install the pool as pymalloc's arena allocator; 0 on success (or when
  * already installed), -1 if the helper thread could not be started. */
 static int fb_arena_install(void)
@@ -129,6 +183,7 @@ static int fb_arena_install(void)
     pthread_attr_destroy(&attr);
     if (err != 0)
         return -1;
+    mallopt(M_TOP_PAD, FB_HEAP_PAD);
     PyObject_GetArenaAllocator(&fb_arenas.orig);
     PyObject_SetArenaAllocator(&mine);
     fb_arenas.installed = 1;

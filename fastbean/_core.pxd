@@ -187,7 +187,8 @@ cdef class Core:
     cdef public bint draining
     cdef public Py_ssize_t max_memory      # bytes of jobs; 0 = no cap
     cdef public Py_ssize_t mem_used        # bytes of jobs held now
-    cdef Py_ssize_t freed_since_trim       # job bytes freed since the last malloc_trim
+    cdef Py_ssize_t mem_peak               # most job bytes held since the last malloc_trim
+    cdef bint trim_due                     # a backlog drained: trim on the next tick
     cdef public int batch_limit            # commands per connection per feed
 
     # Identity for stats.

@@ -39,6 +39,8 @@ cdef extern from *:
 
 cdef extern from "_arena.h":
     int fb_arena_install()
+    void fb_heap_check() nogil
+    size_t HEAP_PAD "FB_HEAP_PAD"
     ctypedef struct ArenaPool "fb_arenas_t":
         int count
         size_t size
@@ -68,7 +70,7 @@ cdef extern from "malloc.h":
 cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent
     KICK_BATCH = 4096                 # jobs one kick moves per loop turn
-    TRIM_AFTER = 64 << 20             # give freed memory back to the OS after this much
+    TRIM_AFTER = 64 << 20             # a backlog this big that drains gives its memory back
     READ_HIGH = 1 << 20               # stop reading a blocked connection past this many bytes
     READ_LOW = 1 << 18
     JOB_OVERHEAD = 256                # bytes charged per job beyond its body (struct, bytes header, slots)
@@ -359,12 +361,15 @@ cdef class Core:
         Py_INCREF(body)
         self.tube_incref(t)
         table_insert(&self.jobs, j)
+        if PyBytes_GET_SIZE(body) > 512:
+            fb_heap_check()             # big bodies come from malloc's heap: see _arena.h
         return j
 
     cdef void job_free(self, Job *j):
         table_remove(&self.jobs, j)
         self.mem_used -= PyBytes_GET_SIZE(<object>j.body) + JOB_OVERHEAD
-        self.freed_since_trim += PyBytes_GET_SIZE(<object>j.body) + JOB_OVERHEAD
+        if self.mem_peak > TRIM_AFTER and self.mem_used * 8 < self.mem_peak and not self.trim_due:
+            self.trim_due = True        # tick() trims; rearm() after this command arms it
         Py_DECREF(<object>j.body)
         self.tube_decref(j.tube)
         PyMem_Free(j)
@@ -620,6 +625,8 @@ cdef class Core:
     cdef int64_t _next_deadline(self) noexcept:
         cdef int64_t at = INT64_MAX
         cdef int64_t x
+        if self.trim_due:
+            return 0
         if self.tube_timers.len:
             at = (<Tube *>self.tube_timers.items[0]).timer_at
         if self.ttr_heap.len:
@@ -706,12 +713,14 @@ cdef class Core:
             else:
                 self.conn_retime(c, now)
         self.flush_dirty()
-        # Give freed memory back once a backlog has drained: much freed, and
-        # what is still held a small part of it. Trimming under a steady churn
-        # would only make the next puts fault the same pages in again.
-        if self.freed_since_trim > TRIM_AFTER and self.mem_used * 4 < self.freed_since_trim:
-            malloc_trim(0)
-            self.freed_since_trim = 0
+        # Give freed memory back once a big backlog has drained (small bodies
+        # go back with pymalloc's arenas by themselves; big ones live in
+        # malloc's heap, where live blocks near its top keep the rest). Not
+        # under a steady churn: the next puts would fault the same pages in.
+        if self.trim_due:
+            self.trim_due = False
+            self.mem_peak = self.mem_used
+            malloc_trim(HEAP_PAD)
         if done >= budget:
             self.armed_at = now
             return 0.0
@@ -870,6 +879,8 @@ cdef class Core:
                 c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
                 return 0
             self.mem_used += cost
+            if self.mem_used > self.mem_peak:
+                self.mem_peak = self.mem_used
             c.put_cost = cost
             c.put_id = self.next_id
             self.next_id += 1
@@ -1568,6 +1579,8 @@ cdef class Core:
             j = self.job_new(rec.id, rec.pri, rec.delay, rec.ttr, t,
                              PyBytes_FromStringAndSize(body, rec.body_size))
             self.mem_used += rec.body_size + JOB_OVERHEAD
+            if self.mem_used > self.mem_peak:
+                self.mem_peak = self.mem_used
             j.prev = self.replay_tail
             j.next = NULL
             if self.replay_tail != NULL:

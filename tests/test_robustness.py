@@ -85,6 +85,38 @@ def test_slow_reader_cannot_make_the_server_buffer_without_bound(server):
             time.sleep(0.05)
 
 
+@pytest.mark.parametrize("server", [("-z", "65536",)], indirect=True)
+def test_memory_of_a_drained_backlog_goes_back(server):
+    # Big bodies live in malloc's heap, not pymalloc's arenas. A few jobs that
+    # stay, put between them, pin the heap so that it cannot just shrink from
+    # the top: the server must hand the drained space back itself, even with
+    # no timer pending.
+    base = rss(server.pid)
+    body = b"b" * 60000
+    keep = b"put 0 0 60 1000\r\n%s\r\n" % (b"k" * 1000)
+    rounds = 20
+    with Client(server.port) as c:
+        for r in range(rounds):                  # 20 x 100 big jobs: ~120 MB
+            c.send(b"use default\r\n" + b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) * 100
+                   + b"use keep\r\n" + keep)
+            assert c.line() == b"USING default"
+            for i in range(100):
+                assert c.line().startswith(b"INSERTED")
+            assert c.line() == b"USING keep"
+            assert c.line().startswith(b"INSERTED")
+        full = rss(server.pid)
+        assert full - base > 100 << 20
+        for i in range(rounds * 100):
+            jid, got = c.job(b"reserve-with-timeout 0")
+            assert got == body
+            c.cmd(b"delete %d" % jid, b"DELETED")
+        assert c.yaml(b"stats-tube keep")["current-jobs-ready"] == rounds
+        deadline = time.monotonic() + 5
+        while rss(server.pid) - base > 30 << 20:
+            assert time.monotonic() < deadline, (base, full, rss(server.pid))
+            time.sleep(0.05)
+
+
 def test_clients_vanishing_mid_body_leak_nothing(server):
     for n in range(300):
         k = socket.create_connection(("127.0.0.1", server.port))
