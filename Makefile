@@ -27,7 +27,7 @@ debug:
 # slow-reader test bounds.
 asan:
 	$(MAKE) -s _variant DIR=$(ASAN_DIR) ENVV="FASTBEAN_DEBUG=1 FASTBEAN_SANITIZE=1" \
-	    RUNENV="LD_PRELOAD=$$(gcc -print-file-name=libasan.so) PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:quarantine_size_mb=16 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
+	    RUNENV="FASTBEAN_SANITIZED=1 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:quarantine_size_mb=16 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
 
 _variant:
 	rm -rf $(DIR) && mkdir -p $(DIR)
