@@ -16,7 +16,8 @@ test: build
 fuzz: build
 	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
 
-# The debug build (invariant checks after every command, -O0) and the test suite,
+# The debug build (invariant checks after every command, sampled once the job table
+# is large; -O0) and the test suite,
 # in a copy of the tree so the normal build is left alone.
 debug:
 	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"

@@ -226,6 +226,7 @@ cdef class Core:
     cdef void tube_update(self, Tube *t) noexcept
     cdef int tube_retime(self, Tube *t) except -1
 
+    cdef void mem_charge(self, Py_ssize_t n) noexcept
     cdef Job *job_new(self, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
                       Tube *t, object body) except NULL
     cdef void job_free(self, Job *j)

@@ -365,6 +365,12 @@ cdef class Core:
             fb_heap_check()             # big bodies come from malloc's heap: see _arena.h
         return j
 
+    cdef void mem_charge(self, Py_ssize_t n) noexcept:
+        # bytes of a job now held; the peak decides when a drain gives memory back
+        self.mem_used += n
+        if self.mem_used > self.mem_peak:
+            self.mem_peak = self.mem_used
+
     cdef void job_free(self, Job *j):
         table_remove(&self.jobs, j)
         self.mem_used -= PyBytes_GET_SIZE(<object>j.body) + JOB_OVERHEAD
@@ -878,9 +884,7 @@ cdef class Core:
             except MemoryError:
                 c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
                 return 0
-            self.mem_used += cost
-            if self.mem_used > self.mem_peak:
-                self.mem_peak = self.mem_used
+            self.mem_charge(cost)
             c.put_cost = cost
             c.put_id = self.next_id
             self.next_id += 1
@@ -1578,9 +1582,7 @@ cdef class Core:
             t = self.tube_get(name, namelen, True)
             j = self.job_new(rec.id, rec.pri, rec.delay, rec.ttr, t,
                              PyBytes_FromStringAndSize(body, rec.body_size))
-            self.mem_used += rec.body_size + JOB_OVERHEAD
-            if self.mem_used > self.mem_peak:
-                self.mem_peak = self.mem_used
+            self.mem_charge(rec.body_size + JOB_OVERHEAD)
             j.prev = self.replay_tail
             j.next = NULL
             if self.replay_tail != NULL:
