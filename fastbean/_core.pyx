@@ -1430,6 +1430,29 @@ cdef class Core:
                 c.close_cb()
         return 0
 
+    def set_failed(self, uint64_t seq):
+        """Records up to seq may not be on disk: a binlog write or fsync failed.
+
+        The connections whose replies wait on them are closed without those
+        replies, so no client is told that a change is logged when it may
+        not be. The changes stay in memory; the clients see a hang-up.
+        """
+        cdef Conn c
+        held = self.held
+        self.held = []
+        for c in held:
+            if c.wal_need > seq:
+                self.held.append(c)
+                continue
+            c.held = False
+            c.lost = True               # this output and any later goes nowhere
+            c.olen = 0
+            c.chunks = []
+            c.close_after = False
+            c.close_cb()
+        if seq > self.durable_seq:
+            self.durable_seq = seq
+
     def set_durable(self, uint64_t seq):
         """Records up to seq are as durable as -f asks: their replies may go."""
         if seq > self.durable_seq:

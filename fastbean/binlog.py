@@ -187,8 +187,9 @@ class Binlog:
             except OSError as e:
                 # The space was preallocated, so this is a device error. The
                 # jobs are still in memory; say so loudly and keep serving.
-                log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk",
-                          self.seq, e.strerror, len(view))
+                log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk; "
+                          "closing the connections waiting on them", self.seq, e.strerror, len(view))
+                self.core.set_failed(seq)
                 return False
             self.used += n
             view = view[n:]
@@ -215,14 +216,18 @@ class Binlog:
     def _sync_done(self):
         seq, err = self._syncer.collect()
         if err:
-            log.error("fsync of binlog.%d failed: %s", self.seq, os.strerror(err))
+            log.error("fsync of binlog.%d failed: %s%s", self.seq, os.strerror(err),
+                      "; closing the connections waiting on it" if self.fsync_ms == 0 else "")
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
             # The sync thread is idle again: the next read's records start a
             # sync at once instead of at the end of the loop turn, so one group
             # syncs while the next gathers.
             self.core.commit_eager = self._asked_seq <= self._synced_seq
-            self.core.set_durable(seq)
+            if err:
+                self.core.set_failed(seq)
+            else:
+                self.core.set_durable(seq)
         else:
             self._arm_sync()
 

@@ -311,6 +311,54 @@ def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
     s.stop()
 
 
+FAILING_FDATASYNC = r"""
+/* LD_PRELOAD shim: fdatasync fails with EIO while the file named by
+ * FASTBEAN_TEST_EIO exists, as a dying disk's would. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+int fdatasync(int fd)
+{
+    const char *flag = getenv("FASTBEAN_TEST_EIO");
+    if (flag && access(flag, F_OK) == 0) {
+        errno = EIO;
+        return -1;
+    }
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+"""
+
+
+def test_fsync_errors_never_acknowledge(tmp_path, monkeypatch):
+    # With -f 0 a reply says the change is on disk. When the fsync fails, the
+    # clients waiting on it are hung up on instead; the server stays up, logs
+    # it, and serves (and acknowledges) again once the disk recovers.
+    src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
+    src.write_text(FAILING_FDATASYNC)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
+    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
+    s = fastbean(tmp_path, "-f", "0")
+    monkeypatch.delenv("LD_PRELOAD")
+    try:
+        with Client(s.port) as c:
+            first = c.put(b"before")
+        flag.write_text("")
+        with Client(s.port) as c:
+            c.send(b"put 0 0 60 6\r\nfailed\r\n")
+            assert c.sock.recv(100) == b""               # no INSERTED: a hang-up
+        assert b"fsync of binlog" in s.log and b"Input/output error" in s.log
+        flag.unlink()
+        with Client(s.port) as c:
+            later = c.put(b"after")
+            assert c.peek(first) == b"before" and c.peek(later) == b"after"
+    finally:
+        s.stop()
+
+
 def test_stats_report_the_binlog(tmp_path):
     s = fastbean(tmp_path, "-s", "20000")
     with Client(s.port) as c:
