@@ -339,10 +339,11 @@ def test_fsync_errors_never_acknowledge(tmp_path, monkeypatch):
     src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
     src.write_text(FAILING_FDATASYNC)
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    # after whatever is preloaded already (make asan's runtime must stay first)
+    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
+    monkeypatch.setenv("LD_PRELOAD", preload)
     monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
     s = fastbean(tmp_path, "-f", "0")
-    monkeypatch.delenv("LD_PRELOAD")
     try:
         with Client(s.port) as c:
             first = c.put(b"before")
