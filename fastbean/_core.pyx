@@ -202,6 +202,7 @@ cdef class Core:
         self.wba = bytearray()
         self.held = []
         self.binlog = None
+        self.sleeping = False      # until a poller sets it: nothing to wake
         self.default_tube = self.tube_get(b"default", 7, True)
         self.tube_incref(self.default_tube)        # default is never freed
 
@@ -1250,6 +1251,10 @@ cdef class Core:
             b"memory-used: %d\n" % self.mem_used,
             b"current-jobs: %d\n" % self.jobs.count,
             b"job-table-buckets: %d\n" % table_buckets(&self.jobs),
+            b"busy-poll-max-us: %d\n" % (self.poll_max_ns // 1000),
+            b"busy-poll-window-us: %d\n" % (self.poll_window_ns // 1000),
+            b"busy-poll-idle-seconds: %d.%06d\n" % (self.poll_idle_ns // SEC,
+                                                     self.poll_idle_ns % SEC // 1000),
         ])
 
     # -- binlog ------------------------------------------------------------------
@@ -1829,6 +1834,10 @@ cdef class Conn:
         cdef Core core = self.core
         if self.closed:
             return
+        core.reads += 1
+        if core.sleeping:
+            core.sleeping = False
+            core.on_wake()
         self.parser.feed(data)
         core.run(self)
         if core.commit_asked and core.commit_eager:

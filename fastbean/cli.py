@@ -10,7 +10,7 @@ import signal
 import sys
 
 from fastbean import __version__
-from fastbean.config import HANDLED_SIGNALS, MAX_JOB_SIZE_LIMIT, Config
+from fastbean.config import HANDLED_SIGNALS, MAX_BUSY_POLL_US, MAX_JOB_SIZE_LIMIT, Config
 from fastbean.errors import ConfigError
 
 log = logging.getLogger("fastbean")
@@ -37,6 +37,8 @@ fastbean's own options:
  --max-memory BYTES      answer put with OUT_OF_MEMORY once the jobs held use BYTES
                          (suffixes K, M, G; default: no cap)
  --max-connections N     refuse connections beyond N (default: no limit)
+ --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
+                         before sleeping; adapts to the clients (default: 100; 0: never)
 """
 
 VALUE_FLAGS = "bflpuzs"
@@ -75,7 +77,7 @@ def parse_args(argv):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name not in ("max-memory", "max-connections"):
+            if name not in ("max-memory", "max-connections", "busy-poll"):
                 raise Usage("unknown option: %s" % arg)
             if not eq:
                 if i >= len(args):
@@ -84,6 +86,11 @@ def parse_args(argv):
                 i += 1
             if name == "max-memory":
                 opts["max_memory"] = _bytes_with_suffix(value, "--max-memory")
+            elif name == "busy-poll":
+                usec = _size(value, "--busy-poll")
+                if usec > MAX_BUSY_POLL_US:
+                    raise Usage("--busy-poll: at most %d microseconds" % MAX_BUSY_POLL_US)
+                opts["busy_poll_us"] = usec
             else:
                 opts["max_connections"] = _size(value, "--max-connections")
             continue

@@ -8,6 +8,8 @@ DEFAULT_MAX_JOB_SIZE = 65535
 MAX_JOB_SIZE_LIMIT = 1 << 30          # beanstalkd caps -z here
 DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
+DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
+MAX_BUSY_POLL_US = 1_000_000
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -27,3 +29,4 @@ class Config:
     binlog_size: int = DEFAULT_BINLOG_SIZE     # -s, bytes per binlog file
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
+    busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never

@@ -8,6 +8,7 @@ import socket
 from fastbean import __version__
 from fastbean._core import Core, prefault_arenas
 from fastbean.binlog import Binlog
+from fastbean.busypoll import BusyPoll
 from fastbean.config import HANDLED_SIGNALS
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.protocol import ConnProtocol, TracingConnProtocol
@@ -47,6 +48,8 @@ class Server:
         if config.binlog_dir is not None:
             self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
                                  fsync=config.fsync, fsync_ms=config.fsync_ms)
+        if config.busy_poll_us:
+            BusyPoll(loop, self.core, config.busy_poll_us)
         self.connections = set()
         self.listeners = []
         self._timer = None

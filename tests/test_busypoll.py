@@ -1,0 +1,70 @@
+"""--busy-poll: the loop polls after reads while clients answer quickly, and sleeps otherwise."""
+import subprocess
+import time
+
+import pytest
+
+from servers import Client, Server, fastbean_cmd
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100     # utime + stime, in clock ticks
+
+
+def ping_pong(port, n):
+    with Client(port) as c:
+        for i in range(n):
+            c.put(b"job %d" % i)
+        stats = c.yaml(b"fastbean-stats")
+    stats["busy-poll-idle-seconds"] = float(stats["busy-poll-idle-seconds"])
+    return stats
+
+
+def test_polls_for_quick_clients_then_sleeps():
+    # 5 ms: far longer than a loopback round trip, so the window must open.
+    server = Server.start("fastbean", "--busy-poll", "5000")
+    try:
+        stats = ping_pong(server.port, 2000)
+        assert stats["busy-poll-max-us"] == 5000
+        assert 0 < stats["busy-poll-window-us"] <= 5000
+        assert stats["busy-poll-idle-seconds"] > 0
+        # Once the client has gone, the server stops polling: a server that
+        # kept spinning would burn about one CPU second per second here.
+        time.sleep(0.2)
+        before = cpu_seconds(server.pid)
+        time.sleep(1.0)
+        assert cpu_seconds(server.pid) - before < 0.3
+        assert ping_pong(server.port, 0)["busy-poll-idle-seconds"] <= (
+            stats["busy-poll-idle-seconds"] + 0.3)
+    finally:
+        assert server.stop() == 0
+
+
+def test_busy_poll_zero_never_polls():
+    server = Server.start("fastbean", "--busy-poll", "0")
+    try:
+        stats = ping_pong(server.port, 500)
+        assert stats["busy-poll-max-us"] == 0
+        assert stats["busy-poll-window-us"] == 0
+        assert stats["busy-poll-idle-seconds"] == 0
+    finally:
+        assert server.stop() == 0
+
+
+def test_default_is_100_microseconds():
+    server = Server.start("fastbean")
+    try:
+        assert ping_pong(server.port, 10)["busy-poll-max-us"] == 100
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1000001", ""])
+def test_bad_values_are_usage_errors(value):
+    p = subprocess.run(fastbean_cmd() + ["--busy-poll", value], capture_output=True, timeout=30)
+    assert p.returncode == 5
+    assert b"--busy-poll" in p.stderr
