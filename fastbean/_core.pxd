@@ -206,14 +206,6 @@ cdef class Core:
     cdef public bint commit_eager     # binlog.py: commit at the end of each read, not of the turn
     cdef uint64_t debug_cmds          # commands run (debug builds check structures as they go)
     cdef list held                    # connections whose replies wait for durability
-    # Busy polling (busypoll.py keeps its state here, for fastbean-stats):
-    # reads counts feeds, and the first read after the poller let the loop
-    # sleep calls on_wake.
-    cdef public uint64_t reads
-    cdef public bint sleeping
-    cdef public object on_wake
-    cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
-
     cdef public object binlog         # rotate(need) -> capacity, schedule(), oldest_index, current_index
     cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
@@ -226,6 +218,14 @@ cdef class Core:
     cdef Job *replay_head             # jobs read by replay, in order of first appearance
     cdef Job *replay_tail
     cdef uint64_t replay_max_id
+
+    # Busy polling: busypoll.py keeps its state here (fastbean-stats shows it).
+    # reads counts feeds; the first read after the poller let the loop sleep
+    # calls on_wake.
+    cdef public uint64_t reads
+    cdef public bint sleeping
+    cdef public object on_wake
+    cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
 
     # -- internals shared between the included files --
     cdef Tube *tube_get(self, const char *name, Py_ssize_t n, bint create) except? NULL

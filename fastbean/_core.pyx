@@ -74,6 +74,11 @@ cdef enum:
     READ_HIGH = 1 << 20               # stop reading a blocked connection past this many bytes
     READ_LOW = 1 << 18
     JOB_OVERHEAD = 256                # bytes charged per job beyond its body (struct, bytes header, slots)
+    # Bytes of put bodies one connection may add per run; the rest waits a
+    # turn. Otherwise a producer pipelining big bodies outruns its consumers
+    # by the depth of its pipeline every turn, and the queue (and RSS)
+    # balloons under a load beanstalkd keeps balanced.
+    BODY_BUDGET = 65536
 
 cdef int64_t SEC = 1000000000
 cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
@@ -809,6 +814,7 @@ cdef class Core:
         # up its batch; then write everything it has to say in one call.
         cdef Cmd cmd
         cdef int n = 0
+        cdef Py_ssize_t body_bytes = 0
         if c.in_run:
             return 0
         c.in_run = True
@@ -816,7 +822,7 @@ cdef class Core:
             if c.kicking and not c.closed:
                 self.kick_more(c)
             while not c.waiting and not c.closed and c.writable and not c.kicking:
-                if n >= self.batch_limit:
+                if n >= self.batch_limit or body_bytes >= BODY_BUDGET:
                     if not c.later_pending:
                         c.later_pending = True
                         c.later_cb()
@@ -825,6 +831,8 @@ cdef class Core:
                     if c.eof:
                         c.quitting = True
                     break
+                if cmd.op == OP_PUT_BODY and cmd.body != NULL:
+                    body_bytes += PyBytes_GET_SIZE(<bytes>cmd.body)
                 self.dispatch(c, &cmd)
                 n += 1
                 if DEBUG_BUILD:

@@ -48,8 +48,9 @@ class Server:
         if config.binlog_dir is not None:
             self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
                                  fsync=config.fsync, fsync_ms=config.fsync_ms)
+        self.busy_poll = None
         if config.busy_poll_us:
-            BusyPoll(loop, self.core, config.busy_poll_us)
+            self.busy_poll = BusyPoll(loop, self.core, config.busy_poll_us)
         self.connections = set()
         self.listeners = []
         self._timer = None

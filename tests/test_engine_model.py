@@ -314,3 +314,24 @@ class EngineVsModel(RuleBasedStateMachine):
 
 EngineVsModel.TestCase.settings = settings(max_examples=150 * FUZZ, stateful_step_count=60, deadline=None)
 test_engine_matches_model = EngineVsModel.TestCase
+
+
+def test_big_puts_take_turns_with_other_connections():
+    # A read holding ten 16 KiB puts runs 64 KiB of them, then waits for the
+    # next turn (later()), so consumers get in between; small puts don't count.
+    core = Core(version=b"test")
+    turns = []
+    t = FakeTransport()
+    c = core.connect(lambda on: None, lambda: turns.append(1))
+    c.attach(t.write, t.writelines, t.close)
+    body = b"x" * 16384
+    c.feed(b"".join(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) for _ in range(10))
+           + b"put 0 0 60 1\r\ny\r\n" * 3)
+    replies = []
+    while True:
+        replies.append(bytes(t.out).count(b"INSERTED"))
+        if len(turns) < len(replies):
+            break
+        c.run_later()
+    assert replies == [4, 8, 13]
+    assert core.current_jobs == 13
