@@ -39,6 +39,7 @@ _variant:
 
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare
+	$(PY) -m benchmarks.ceiling
 	$(PY) -m benchmarks.memory
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms

@@ -1,6 +1,6 @@
 """What every benchmark needs: the compiled load generator, server processes on
-free loopback ports (C beanstalkd from PATH and fastbean), and their CPU and RSS
-read from /proc."""
+free loopback ports (C beanstalkd from PATH, fastbean, and nullserver.c as the
+machine's ceiling), and their CPU and RSS read from /proc."""
 import json
 import os
 import shutil
@@ -13,23 +13,26 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "build")
-LOADGEN_SRC = os.path.join(HERE, "loadgen.c")
-LOADGEN = os.path.join(BUILD, "loadgen")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 KINDS = ("beanstalkd", "fastbean")
 
 
-def build_loadgen():
-    """Compile loadgen.c (once, or again when the source is newer); return its path."""
-    if (not os.path.exists(LOADGEN)
-            or os.path.getmtime(LOADGEN) < os.path.getmtime(LOADGEN_SRC)):
+def build_tool(name):
+    """Compile benchmarks/NAME.c into build/ (once, or again when the source is newer);
+    return the program's path."""
+    src, exe = os.path.join(HERE, name + ".c"), os.path.join(BUILD, name)
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
         os.makedirs(BUILD, exist_ok=True)
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if cc is None:
-            sys.exit("benchmarks need a C compiler for the load generator (apt-get install gcc)")
-        subprocess.run([cc, "-O2", "-Wall", "-o", LOADGEN, LOADGEN_SRC], check=True)
-    return LOADGEN
+            sys.exit("benchmarks need a C compiler for %s (apt-get install gcc)" % name)
+        subprocess.run([cc, "-O2", "-Wall", "-o", exe, src], check=True)
+    return exe
+
+
+def build_loadgen():
+    return build_tool("loadgen")
 
 
 def beanstalkd_path():
@@ -46,17 +49,20 @@ def free_port():
 
 
 class Server:
-    """One server process on 127.0.0.1, stopped by its PID."""
+    """One server process on 127.0.0.1 (beanstalkd, fastbean or nullserver), stopped by its PID."""
 
     def __init__(self, kind, *args, binlog=False):
         self.kind = kind
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="fastbean-bench-") if binlog else None
         if kind == "beanstalkd":
-            cmd = [beanstalkd_path()]
+            cmd = [beanstalkd_path(), "-l", "127.0.0.1", "-p", str(self.port)]
+        elif kind == "fastbean":
+            cmd = [sys.executable, "-m", "fastbean", "-l", "127.0.0.1", "-p", str(self.port)]
+        elif kind == "nullserver" and not binlog and not args:
+            cmd = [build_tool("nullserver"), str(self.port)]
         else:
-            cmd = [sys.executable, "-m", "fastbean"]
-        cmd += ["-l", "127.0.0.1", "-p", str(self.port)]
+            raise ValueError("no server %r with %r" % (kind, args))
         if binlog:
             cmd += ["-b", self.dir]
         cmd += [str(a) for a in args]
