@@ -13,10 +13,9 @@ Results go to results/ceiling.json.
 import argparse
 import json
 import os
-import statistics
 import sys
 
-from benchmarks.compare import RESULTS, Case, measure
+from benchmarks.compare import RESULTS, Case, measure, summarize
 from benchmarks.harness import machine
 
 SERVERS = (("nullserver", "off"), ("beanstalkd", "off"), ("beanstalkd", "-f50"),
@@ -46,9 +45,7 @@ def main(argv=None):
                 print("  put c%d d1 round %d/%d %-18s %9.0f/s" % (
                     conns, rep + 1, args.reps, label(kind, binlog), res["ops_per_sec"]),
                     file=sys.stderr, flush=True)
-        summary = {name: {k: statistics.median(r[k] for r in rs)
-                          for k in ("ops_per_sec", "server_cpu", "client_cpu")}
-                   for name, rs in runs.items()}
+        summary = {name: summarize(rs) for name, rs in runs.items()}
         results.append({"conns": conns, "runs": runs, "summary": summary})
 
     print("put, depth 1, 100-byte bodies: transactions/s (server cpu, client cpu)")
