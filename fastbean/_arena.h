@@ -13,6 +13,16 @@
  *   it has grown (fb_heap_check), the helper populates the new part with
  *   MADV_POPULATE_WRITE, which maps pages without writing to them, so it is
  *   safe while the loop already uses the start of it.
+ *
+ * The helper runs as SCHED_IDLE: it only takes CPU time nobody else wants,
+ * and any waking thread preempts it at once. On a machine whose cores are
+ * all busy (the loop on one, clients on the others) it would otherwise take
+ * its slices from the loop or from a client, stalling them for the hundreds
+ * of microseconds an arena takes to fault in; starved, it simply falls
+ * behind and the loop faults its own pages, as it would without it. For the
+ * same reason the loop never waits for the helper's lock: when the helper
+ * holds it (perhaps preempted), the loop maps a cold arena, unmaps a freed
+ * one itself, or looks at the heap on a later allocation.
  */
 #ifndef FASTBEAN_ARENA_H
 #define FASTBEAN_ARENA_H
@@ -20,6 +30,7 @@
 #include <Python.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -82,6 +93,8 @@ static void fb_heap_populate_locked(void)
 static void *fb_prefault_main(void *unused)
 {
     (void)unused;
+    struct sched_param idle = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);   /* best effort */
     pthread_mutex_lock(&fb_arenas.mu);
     for (;;) {
         while ((fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
@@ -119,7 +132,8 @@ static void *fb_arena_alloc(void *ctx, size_t size)
 {
     (void)ctx;
     void *p = NULL;
-    pthread_mutex_lock(&fb_arenas.mu);
+    if (pthread_mutex_trylock(&fb_arenas.mu) != 0)
+        return fb_map(size);
     if (fb_arenas.size == 0)
         fb_arenas.size = size;   /* pymalloc's arena size, learnt from its first request */
     if (size == fb_arenas.size && fb_arenas.count > 0) {
@@ -136,12 +150,13 @@ static void *fb_arena_alloc(void *ctx, size_t size)
 static void fb_arena_free(void *ctx, void *p, size_t size)
 {
     (void)ctx;
-    pthread_mutex_lock(&fb_arenas.mu);
-    if (size == fb_arenas.size && fb_arenas.count < FB_ARENA_POOL) {
-        fb_arenas.pool[fb_arenas.count++] = p;
-        p = NULL;
+    if (pthread_mutex_trylock(&fb_arenas.mu) == 0) {
+        if (size == fb_arenas.size && fb_arenas.count < FB_ARENA_POOL) {
+            fb_arenas.pool[fb_arenas.count++] = p;
+            p = NULL;
+        }
+        pthread_mutex_unlock(&fb_arenas.mu);
     }
-    pthread_mutex_unlock(&fb_arenas.mu);
     if (p != NULL)
         munmap(p, size);
 }
@@ -157,8 +172,9 @@ static inline void fb_heap_check(void)
     char *cur = (char *)sbrk(0);
     if (cur == fb_heap_seen || !fb_arenas.installed)
         return;
+    if (pthread_mutex_trylock(&fb_arenas.mu) != 0)
+        return;                        /* seen again on a later big body */
     fb_heap_seen = cur;
-    pthread_mutex_lock(&fb_arenas.mu);
     if (cur < fb_arenas.heap_done || fb_arenas.heap_done == NULL)
         fb_arenas.heap_done = cur;     /* trimmed (or first look): nothing new above */
     fb_arenas.heap_brk = cur;
