@@ -227,6 +227,14 @@ cdef class Core:
     cdef public object on_wake
     cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
 
+    # One loop turn's reads run together, after the last of them, oldest
+    # served first (run_turn). turn_soon() asks the loop for that call; with
+    # none (in-process tests) each read runs at once.
+    cdef list turn                    # connections with new input this turn
+    cdef bint turn_asked
+    cdef public object turn_soon
+    cdef uint64_t served              # runs so far: each run stamps its connection
+
     # -- internals shared between the included files --
     cdef Tube *tube_get(self, const char *name, Py_ssize_t n, bint create) except? NULL
     cdef void tube_incref(self, Tube *t) noexcept
@@ -305,6 +313,8 @@ cdef class Conn:
     cdef bint close_after             # close the transport once held output is out
     cdef bint writable                # False while the transport's buffer is over its high mark
     cdef bint reading_paused, later_pending
+    cdef bint in_turn                 # in core.turn
+    cdef uint64_t served              # core.served when it last ran
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress

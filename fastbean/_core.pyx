@@ -208,6 +208,7 @@ cdef class Core:
         self.held = []
         self.binlog = None
         self.sleeping = False      # until a poller sets it: nothing to wake
+        self.turn = []
         self.default_tube = self.tube_get(b"default", 7, True)
         self.tube_incref(self.default_tube)        # default is never freed
 
@@ -774,6 +775,36 @@ cdef class Core:
         self.total_conns += 1
         return c
 
+    def run_turn(self):
+        """Run the connections that read this loop turn, the one served longest
+        ago first. The kernel lists a level-triggered socket that was just
+        served ahead of sockets that have waited longer, so running reads in
+        the order they come would serve a few clients again and again while
+        the others wait: their latency spreads out. Then one binlog commit
+        and one timer update for the whole turn."""
+        cdef list turn = self.turn
+        cdef Py_ssize_t i, k, n = len(turn)
+        cdef Conn c, d
+        self.turn = []
+        self.turn_asked = False
+        for i in range(1, n):           # insertion sort: turns are short and mostly in order
+            c = <Conn>turn[i]
+            k = i - 1
+            while k >= 0 and (<Conn>turn[k]).served > c.served:
+                turn[k + 1] = turn[k]
+                k -= 1
+            turn[k + 1] = c
+        for i in range(n):
+            c = <Conn>turn[i]
+            c.in_turn = False
+            if not c.closed:
+                self.run(c)
+        if self.commit_asked and self.commit_eager:
+            self.binlog.commit()
+        if self.dirty:
+            self.flush_dirty()
+        self.rearm()
+
     cdef int conn_release(self, Conn c) except -1:
         # The connection is gone (closed, quit, lost): undo everything it holds.
         cdef Job *j
@@ -843,6 +874,8 @@ cdef class Core:
                         self.check()
         finally:
             c.in_run = False
+        self.served += 1
+        c.served = self.served
         c.flush()
         if c.quitting and not c.closed:
             self.conn_release(c)
@@ -1847,6 +1880,14 @@ cdef class Conn:
             core.sleeping = False
             core.on_wake()
         self.parser.feed(data)
+        if core.turn_soon is not None:
+            if not self.in_turn:
+                self.in_turn = True
+                core.turn.append(self)
+            if not core.turn_asked:
+                core.turn_asked = True
+                core.turn_soon()
+            return
         core.run(self)
         if core.commit_asked and core.commit_eager:
             core.binlog.commit()

@@ -1,5 +1,6 @@
 """Server: the event loop, listeners, the engine, its one timer, and signals."""
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -44,6 +45,8 @@ class Server:
             version=__version__.encode(),
             arm=self._arm,
         )
+        # Each loop turn's reads run together once the turn's reads are in.
+        self.core.turn_soon = functools.partial(loop.call_soon, self.core.run_turn)
         self.binlog = None
         if config.binlog_dir is not None:
             self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
