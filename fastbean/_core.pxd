@@ -203,7 +203,7 @@ cdef class Core:
     cdef uint64_t wal_seq             # records appended so far
     cdef uint64_t durable_seq         # records binlog.py has made durable (per -f)
     cdef bint commit_asked            # binlog.schedule() called since the last take_wal()
-    cdef public bint commit_eager     # binlog.py: commit at the end of each read, not of the turn
+    cdef public bint commit_eager     # binlog.py: commit as soon as the turn's reads have run
     cdef uint64_t debug_cmds          # commands run (debug builds check structures as they go)
     cdef list held                    # connections whose replies wait for durability
     cdef public object binlog         # rotate(need) -> capacity, schedule(), oldest_index, current_index

@@ -108,7 +108,9 @@ class Binlog:
             log.info("replayed %d jobs from %d binlog files in %.3f s",
                      jobs, len(seqs), time.monotonic() - t0)
         self.core.wal_enable(self)
-        self.core.commit_eager = self.fsync and self.fsync_ms == 0
+        # Commit right after the turn's reads have run: one write per turn.
+        # Only -f 0 holds back while a sync is in flight (see _start_sync).
+        self.core.commit_eager = True
         live, resv, used, cap, nfiles = self.core.wal_status()
         if not self._new_file(resv):
             raise BinlogError("cannot create a binlog file in %s" % self.dir)
@@ -210,7 +212,8 @@ class Binlog:
             self._syncer = SyncThread()
             self.loop.add_reader(self._syncer.fileno(), self._sync_done)
         self._asked_seq = self._written_seq
-        self.core.commit_eager = False
+        if self.fsync_ms == 0:
+            self.core.commit_eager = False
         self._syncer.request(self.fd, self._written_seq)
 
     def _sync_done(self):
@@ -220,9 +223,9 @@ class Binlog:
                       "; closing the connections waiting on it" if self.fsync_ms == 0 else "")
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
-            # The sync thread is idle again: the next read's records start a
-            # sync at once instead of at the end of the loop turn, so one group
-            # syncs while the next gathers.
+            # The sync thread is idle again: the next turn's records start a
+            # sync as soon as they have run instead of on the loop turn after,
+            # so one group syncs while the next gathers.
             self.core.commit_eager = self._asked_seq <= self._synced_seq
             if err:
                 self.core.set_failed(seq)
