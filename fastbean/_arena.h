@@ -14,15 +14,16 @@
  *   MADV_POPULATE_WRITE, which maps pages without writing to them, so it is
  *   safe while the loop already uses the start of it.
  *
- * The helper runs as SCHED_IDLE: it only takes CPU time nobody else wants,
- * and any waking thread preempts it at once. On a machine whose cores are
- * all busy (the loop on one, clients on the others) it would otherwise take
- * its slices from the loop or from a client, stalling them for the hundreds
- * of microseconds an arena takes to fault in; starved, it simply falls
- * behind and the loop faults its own pages, as it would without it. For the
- * same reason the loop never waits for the helper's lock: when the helper
- * holds it (perhaps preempted), the loop maps a cold arena, unmaps a freed
- * one itself, or looks at the heap on a later allocation.
+ * The helper runs at nice 19. On a machine whose cores are all busy (the loop
+ * on one, clients on the others) it would otherwise take whole slices from
+ * the loop or from a client, stalling them for the few hundred microseconds
+ * an arena takes to fault in, which showed as the slowest 1% of replies.
+ * At nice 19 it mostly runs in time other threads leave idle. (SCHED_IDLE
+ * went too far: starved on the loop's own core, the helper fell behind and
+ * pipelined puts lost a fifth of their speed.) For the same reason the loop
+ * never waits for the helper's lock: when the helper holds it (perhaps
+ * preempted), the loop maps a cold arena, unmaps a freed one itself, or
+ * looks at the heap again on a later allocation.
  */
 #ifndef FASTBEAN_ARENA_H
 #define FASTBEAN_ARENA_H
@@ -30,7 +31,8 @@
 #include <Python.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -93,8 +95,7 @@ static void fb_heap_populate_locked(void)
 static void *fb_prefault_main(void *unused)
 {
     (void)unused;
-    struct sched_param idle = {0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);   /* best effort */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);    /* this thread only; best effort */
     pthread_mutex_lock(&fb_arenas.mu);
     for (;;) {
         while ((fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)

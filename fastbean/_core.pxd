@@ -227,13 +227,14 @@ cdef class Core:
     cdef public object on_wake
     cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
 
-    # One loop turn's reads run together, after the last of them, oldest
-    # served first (run_turn). turn_soon() asks the loop for that call; with
-    # none (in-process tests) each read runs at once.
-    cdef list turn                    # connections with new input this turn
+    # Fair turns (run_turn): a read from a connection served in the last
+    # loop turn waits for the end of this one. turn_soon() asks the loop for
+    # that call; with none (in-process tests) every read runs at once.
+    cdef list turn                    # connections held back this turn
     cdef bint turn_asked
     cdef public object turn_soon
     cdef uint64_t served              # runs so far: each run stamps its connection
+    cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began
 
     # -- internals shared between the included files --
     cdef Tube *tube_get(self, const char *name, Py_ssize_t n, bint create) except? NULL

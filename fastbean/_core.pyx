@@ -4,7 +4,7 @@
 import os
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MAX
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memcpy, memcmp, memset, memmove
 from libc.stdio cimport snprintf
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
@@ -166,6 +166,17 @@ cdef inline bytes _sec(int64_t ns):
     # whole seconds, truncated toward zero as C division does
     cdef int64_t s = ns // SEC if ns >= 0 else -((-ns) // SEC)
     return b"%d" % s
+
+
+ctypedef struct TurnSlot:
+    uint64_t served
+    PyObject *conn
+
+
+cdef int _slot_cmp(const void *a, const void *b) noexcept nogil:
+    cdef uint64_t x = (<const TurnSlot *>a).served
+    cdef uint64_t y = (<const TurnSlot *>b).served
+    return (x > y) - (x < y)
 
 
 cdef class Core:
@@ -776,29 +787,40 @@ cdef class Core:
         return c
 
     def run_turn(self):
-        """Run the connections that read this loop turn, the one served longest
-        ago first. The kernel lists a level-triggered socket that was just
-        served ahead of sockets that have waited longer, so running reads in
-        the order they come would serve a few clients again and again while
-        the others wait: their latency spreads out. Then one binlog commit
-        and one timer update for the whole turn."""
-        cdef list turn = self.turn
-        cdef Py_ssize_t i, k, n = len(turn)
-        cdef Conn c, d
+        """The end of a loop turn that read something. epoll lists the sockets
+        it reported last time first, ahead of sockets that became readable
+        since, so running reads in the order they come would serve a few
+        clients again and again while the others wait, and latency spreads
+        out. feed() therefore holds back the connections served in the last
+        turn; they run here, the one served longest ago first. Then one
+        binlog commit and one timer update for the whole turn."""
+        cdef list turn = self.turn      # keeps the connections alive meanwhile
+        cdef Py_ssize_t i, n = len(turn)
+        cdef TurnSlot *order
+        cdef Conn c
         self.turn = []
         self.turn_asked = False
-        for i in range(1, n):           # insertion sort: turns are short and mostly in order
-            c = <Conn>turn[i]
-            k = i - 1
-            while k >= 0 and (<Conn>turn[k]).served > c.served:
-                turn[k + 1] = turn[k]
-                k -= 1
-            turn[k + 1] = c
+        order = <TurnSlot *>malloc(n * sizeof(TurnSlot)) if n else NULL
+        if n and order == NULL:
+            raise MemoryError()
         for i in range(n):
             c = <Conn>turn[i]
-            c.in_turn = False
-            if not c.closed:
-                self.run(c)
+            order[i].served = c.served
+            order[i].conn = <PyObject *>c
+        if n > 1:
+            qsort(order, n, sizeof(TurnSlot), _slot_cmp)
+        try:
+            for i in range(n):
+                c = <Conn>order[i].conn
+                c.in_turn = False
+                if not c.closed:
+                    self.run(c)
+        finally:
+            for i in range(n):          # if a run raised, the rest wait for the next read
+                (<Conn>order[i].conn).in_turn = False
+            free(order)
+        self.last_turn_start = self.turn_start
+        self.turn_start = self.served
         if self.commit_asked and self.commit_eager:
             self.binlog.commit()
         if self.dirty:
@@ -1880,17 +1902,22 @@ cdef class Conn:
             core.sleeping = False
             core.on_wake()
         self.parser.feed(data)
-        if core.turn_soon is not None:
-            if not self.in_turn:
-                self.in_turn = True
-                core.turn.append(self)
+        if core.turn_soon is None:          # no loop (in-process tests): run now
+            core.run(self)
+            if core.commit_asked and core.commit_eager:
+                core.binlog.commit()
+        else:
             if not core.turn_asked:
                 core.turn_asked = True
                 core.turn_soon()
-            return
-        core.run(self)
-        if core.commit_asked and core.commit_eager:
-            core.binlog.commit()
+            if self.in_turn or self.served > core.last_turn_start:
+                # Served in the last turn (or this one) yet listed first: wait
+                # for the end of the turn so others that waited longer go first.
+                if not self.in_turn:
+                    self.in_turn = True
+                    core.turn.append(self)
+                return
+            core.run(self)
         if core.dirty:
             core.flush_dirty()
         core.rearm()

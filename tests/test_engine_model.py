@@ -335,3 +335,54 @@ def test_big_puts_take_turns_with_other_connections():
         c.run_later()
     assert replies == [4, 8, 13]
     assert core.current_jobs == 13
+
+
+def test_connections_served_last_turn_wait_for_the_others():
+    # With a loop (turn_soon set), a read from a connection served in the
+    # last turn waits for the end of this one (run_turn), where the held-back
+    # connections run oldest-served first; others run at once. Job ids show
+    # the order the puts ran in.
+    core = Core(version=b"test")
+    asked = []
+    core.turn_soon = lambda: asked.append(1)
+    conns, outs = [], []
+    for _ in range(4):
+        t = FakeTransport()
+        c = core.connect(lambda on: None, lambda: None)
+        c.attach(t.write, t.writelines, t.close)
+        conns.append(c)
+        outs.append(t.out)
+    put = b"put 0 0 60 1\r\nx\r\n"
+
+    def replies():
+        got = [bytes(o) for o in outs]
+        for o in outs:
+            del o[:]
+        return got
+
+    for c in conns[:3]:                # never served: each runs at once
+        c.feed(put)
+    assert replies() == [b"INSERTED 1\r\n", b"INSERTED 2\r\n", b"INSERTED 3\r\n", b""]
+    core.run_turn()
+    assert asked == [1]                # one call per turn, not per read
+
+    for c in reversed(conns[:3]):      # all served last turn, reported newest first
+        c.feed(put)
+    assert replies() == [b""] * 4      # held back
+    core.run_turn()
+    assert replies() == [b"INSERTED 4\r\n", b"INSERTED 5\r\n", b"INSERTED 6\r\n", b""]
+
+    conns[1].feed(put)                 # held back
+    conns[3].feed(put)                 # new: runs at once
+    assert replies() == [b"", b"", b"", b"INSERTED 7\r\n"]
+    conns[0].feed(put)                 # held back; two reads of one connection
+    conns[0].feed(put)                 # make one run
+    core.run_turn()
+    assert replies() == [b"INSERTED 8\r\nINSERTED 9\r\n", b"INSERTED 10\r\n", b"", b""]
+
+    conns[2].feed(put)                 # last served two turns ago: runs at once
+    conns[1].feed(put)                 # served last turn: held back
+    assert replies() == [b"", b"", b"INSERTED 11\r\n", b""]
+    core.run_turn()
+    assert replies() == [b"", b"INSERTED 12\r\n", b"", b""]
+    assert asked == [1, 1, 1, 1]
