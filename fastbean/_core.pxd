@@ -226,12 +226,13 @@ cdef class Core:
     cdef public bint sleeping
     cdef public object on_wake
     cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
+    cdef public bint polling          # a poller's look is queued: it ends the turn too
 
     # Fair turns (run_turn): a read from a connection served in the last
     # loop turn waits for the end of this one. turn_soon() asks the loop for
     # that call; with none (in-process tests) every read runs at once.
     cdef list turn                    # connections held back this turn
-    cdef bint turn_asked
+    cdef public bint turn_asked       # the turn's end is due (busypoll.py may run it)
     cdef public object turn_soon
     cdef uint64_t served              # runs so far: each run stamps its connection
     cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began

@@ -798,6 +798,8 @@ cdef class Core:
         cdef Py_ssize_t i, n = len(turn)
         cdef TurnSlot *order
         cdef Conn c
+        if not self.turn_asked:         # the poller ran it already
+            return
         self.turn = []
         self.turn_asked = False
         order = <TurnSlot *>malloc(n * sizeof(TurnSlot)) if n else NULL
@@ -1909,10 +1911,13 @@ cdef class Conn:
         else:
             if not core.turn_asked:
                 core.turn_asked = True
-                core.turn_soon()
-            if self.in_turn or self.served > core.last_turn_start:
-                # Served in the last turn (or this one) yet listed first: wait
-                # for the end of the turn so others that waited longer go first.
+                if not core.polling:        # else the poller's next look runs it
+                    core.turn_soon()
+            if self.in_turn or (self.served > core.last_turn_start
+                                and core.turn_start - core.last_turn_start > 1):
+                # Served in the last turn (or this one), which served others
+                # too, yet listed first: wait for the end of the turn so the
+                # ones that waited longer go first. Alone, it just runs.
                 if not self.in_turn:
                     self.in_turn = True
                     core.turn.append(self)

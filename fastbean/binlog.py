@@ -123,7 +123,11 @@ class Binlog:
         """Records are waiting: commit them once this loop turn's work is done."""
         if not self._commit_pending:
             self._commit_pending = True
-            self.loop.call_soon(self.commit)
+            self.loop.call_soon(self._scheduled_commit)
+
+    def _scheduled_commit(self):
+        if self._commit_pending:        # else the end of the turn committed already
+            self.commit()
 
     def rotate(self, need):
         """The current file is full: start a new one with room for `need` bytes.

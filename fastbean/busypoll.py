@@ -54,10 +54,15 @@ class BusyPoll:
         self._deadline = self._looked = now
         self._deadline += window
         # A pending callback makes uvloop poll without blocking.
+        core.polling = True
         self._loop.call_soon(self._poll)
 
     def _poll(self):
+        # Once per loop turn while polling: end the turn's reads (the engine
+        # then need not ask the loop for a call of its own), then look again.
         core = self._core
+        if core.turn_asked:
+            core.run_turn()
         now = time.monotonic_ns()
         if core.reads != self._seen:
             self._seen = core.reads
@@ -73,3 +78,4 @@ class BusyPoll:
     def _sleep(self, now):
         self._slept_at = now
         self._core.sleeping = True
+        self._core.polling = False

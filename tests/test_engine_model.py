@@ -385,4 +385,12 @@ def test_connections_served_last_turn_wait_for_the_others():
     assert replies() == [b"", b"", b"INSERTED 11\r\n", b""]
     core.run_turn()
     assert replies() == [b"", b"INSERTED 12\r\n", b"", b""]
-    assert asked == [1, 1, 1, 1]
+
+    conns[1].feed(put)                 # held back: the last turn served 2 and 1
+    assert replies() == [b""] * 4
+    core.run_turn()
+    core.run_turn()                    # not asked for: changes nothing
+    assert replies() == [b"", b"INSERTED 13\r\n", b"", b""]
+    conns[1].feed(put)                 # the last turn served it alone: runs at once
+    assert replies() == [b"", b"INSERTED 14\r\n", b"", b""]
+    assert asked == [1, 1, 1, 1, 1, 1]
