@@ -45,7 +45,7 @@ class Server:
             version=__version__.encode(),
             arm=self._arm,
         )
-        # Each loop turn's reads run together once the turn's reads are in.
+        # Ends each loop turn that read something (fair turns: Core.run_turn).
         self.core.turn_soon = functools.partial(loop.call_soon, self.core.run_turn)
         self.binlog = None
         if config.binlog_dir is not None:
