@@ -230,7 +230,7 @@ cdef class Core:
 
     # Fair turns (run_turn): a read from a connection served in the last
     # loop turn waits for the end of this one. turn_soon() asks the loop for
-    # that call; with none (in-process tests) every read runs at once.
+    # that call; without a loop (in-process tests) the caller makes it.
     cdef list turn                    # connections held back this turn
     cdef public bint turn_asked       # the turn's end is due (busypoll.py may run it)
     cdef public object turn_soon

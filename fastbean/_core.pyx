@@ -1904,25 +1904,20 @@ cdef class Conn:
             core.sleeping = False
             core.on_wake()
         self.parser.feed(data)
-        if core.turn_soon is None:          # no loop (in-process tests): run now
-            core.run(self)
-            if core.commit_asked and core.commit_eager:
-                core.binlog.commit()
-        else:
-            if not core.turn_asked:
-                core.turn_asked = True
-                if not core.polling:        # else the poller's next look runs it
-                    core.turn_soon()
-            if self.in_turn or (self.served > core.last_turn_start
-                                and core.turn_start - core.last_turn_start > 1):
-                # Served in the last turn (or this one), which served others
-                # too, yet listed first: wait for the end of the turn so the
-                # ones that waited longer go first. Alone, it just runs.
-                if not self.in_turn:
-                    self.in_turn = True
-                    core.turn.append(self)
-                return
-            core.run(self)
+        if not core.turn_asked:
+            core.turn_asked = True
+            if not core.polling and core.turn_soon is not None:
+                core.turn_soon()            # (else the poller's next look runs it)
+        if self.in_turn or (self.served > core.last_turn_start
+                            and core.turn_start - core.last_turn_start > 1):
+            # Served in the last turn (or this one), which served others
+            # too, yet listed first: wait for the end of the turn so the
+            # ones that waited longer go first. Alone, it just runs.
+            if not self.in_turn:
+                self.in_turn = True
+                core.turn.append(self)
+            return
+        core.run(self)
         if core.dirty:
             core.flush_dirty()
         core.rearm()

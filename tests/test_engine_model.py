@@ -95,8 +95,11 @@ class EngineVsModel(RuleBasedStateMachine):
         self.conns.append((c, t, ModelConn()))
 
     def send(self, i, data):
+        # Each command is a loop turn of its own: the read may be held back
+        # (fair turns) and then runs at the turn's end.
         c, t, _ = self.conns[i]
         c.feed(data)
+        self.core.run_turn()
         out = bytes(t.out)
         t.out.clear()
         return out
