@@ -814,11 +814,10 @@ cdef class Core:
         try:
             for i in range(n):
                 c = <Conn>order[i].conn
-                c.in_turn = False
                 if not c.closed:
                     self.run(c)
         finally:
-            for i in range(n):          # if a run raised, the rest wait for the next read
+            for i in range(n):          # if a run raised, the rest wait for their next read
                 (<Conn>order[i].conn).in_turn = False
             free(order)
         self.last_turn_start = self.turn_start

@@ -1,6 +1,7 @@
 """--busy-poll: the loop polls after reads while clients answer quickly, and sleeps otherwise."""
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -69,3 +70,29 @@ def test_bad_values_are_usage_errors(value):
     p = subprocess.run(fastbean_cmd() + ["--busy-poll", value], capture_output=True, timeout=30)
     assert p.returncode == 5
     assert b"--busy-poll" in p.stderr
+
+
+@pytest.mark.parametrize("poll", ["100", "0"])
+def test_many_quick_clients_all_get_their_turns(poll):
+    # Fair turns hold back a connection served in the last turn until the
+    # turn ends: by the poller's callback while it polls, by a loop callback
+    # of the engine's own otherwise. If either failed to end a turn, a
+    # held-back client would never be answered and this would time out.
+    server = Server.start("fastbean", "--busy-poll", poll)
+    done = []
+    try:
+        def worker(k):
+            with Client(server.port) as c:
+                ids = [c.put(b"w%d-%d" % (k, i)) for i in range(300)]
+                done.append(len(set(ids)))
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert done == [300] * 8
+        with Client(server.port) as c:
+            assert c.yaml(b"stats")["current-jobs-ready"] == 2400
+    finally:
+        assert server.stop() == 0
