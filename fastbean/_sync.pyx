@@ -1,7 +1,8 @@
 # cython: language_level=3
-"""SyncThread: a native thread that runs fdatasync for the binlog, back to back.
+"""The binlog's two disk workers, native threads: SyncThread and ZeroFill.
 
-binlog.py decides when to sync (the -f policy); this is only the worker. It
+SyncThread runs fdatasync for the binlog, back to back. binlog.py decides
+when to sync (the -f policy); this is only the worker. It
 is native rather than a Python thread so that a finished sync is reported at
 once: a Python thread would first have to win the GIL back from the busy
 event loop. The loop asks for "everything written up to record N" with
@@ -10,8 +11,10 @@ collect() then says how far the files are synced. If more was requested
 meanwhile, the next sync starts at once, without waiting for the loop.
 """
 
-from libc.errno cimport errno, EINTR, EAGAIN
-from libc.stdint cimport uint64_t
+from libc.errno cimport errno, EINTR, EAGAIN, EIO
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport calloc, free
+from posix.types cimport off_t
 from posix.unistd cimport close, dup, read, write
 
 cdef extern from "<pthread.h>" nogil:
@@ -34,6 +37,29 @@ cdef extern from "<pthread.h>" nogil:
 
 cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
+    ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset)
+    long syscall(long number, ...)
+
+cdef extern from "<sys/syscall.h>" nogil:
+    long SYS_gettid
+
+cdef extern from "<sys/resource.h>" nogil:
+    int setpriority(int which, unsigned int who, int prio)
+    int PRIO_PROCESS
+
+cdef extern from "<fcntl.h>" nogil:
+    int sync_file_range(int fd, off_t offset, off_t nbytes, unsigned int flags)
+    unsigned int SYNC_FILE_RANGE_WAIT_BEFORE
+    unsigned int SYNC_FILE_RANGE_WRITE
+    unsigned int SYNC_FILE_RANGE_WAIT_AFTER
+
+cdef extern from *:
+    """
+    #define fb_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+    #define fb_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+    """
+    int64_t fb_load(int64_t *p) nogil
+    void fb_store(int64_t *p, int64_t v) nogil
 
 cdef extern from "<sys/eventfd.h>" nogil:
     int eventfd(unsigned int initval, int flags)
@@ -151,5 +177,168 @@ cdef class SyncThread:
             close(self.s.want_fd)
         if self.s.efd >= 0:
             close(self.s.efd)
+        pthread_mutex_destroy(&self.s.mu)
+        pthread_cond_destroy(&self.s.wake)
+
+
+# -- ZeroFill ---------------------------------------------------------------------
+#
+# posix_fallocate reserves a binlog file's space but leaves it "unwritten":
+# the first write to each block must also change the file's extent map, so
+# on ext4 and XFS every fdatasync then waits for a journal commit (about
+# 240 us here against 145 us for an overwrite, which caps -f 0). beanstalkd
+# avoids that by writing its files full of zeros before use, stalling its
+# loop for each new file. ZeroFill does the same behind the write position,
+# in a thread: it overwrites the reserved space with zeros a chunk at a
+# time, each chunk written back before the next so that a group commit never
+# has to flush more than one chunk of them, and syncs once at the end.
+#
+# The loop writes records at increasing offsets. The filler only ever writes
+# at or above `pos`, which only grows, and writes each chunk under the lock.
+# A record that ends at or below pos therefore needs no coordination; one
+# that reaches above it (the filler fell behind) takes the lock and moves
+# the filler past itself first (claim()).
+
+cdef enum:
+    CHUNK = 65536
+
+cdef struct FillState:
+    pthread_mutex_t mu
+    pthread_cond_t wake
+    int fd                # dup of the file being filled; -1 when none
+    int64_t pos           # the filler writes only at or above this (atomic)
+    int64_t head          # the loop's records end here, as far as claimed
+    int64_t end           # the file's allocated size
+    char *zeros
+    int error             # errno of the last failed fill, 0 if none
+    bint stopping
+
+
+cdef void *fill_run(void *arg) noexcept nogil:
+    cdef FillState *s = <FillState *>arg
+    cdef int64_t start, stop, pos
+    cdef ssize_t n
+    cdef int fd
+    cdef bint last
+    setpriority(PRIO_PROCESS, <unsigned int>syscall(SYS_gettid), 19)   # best effort
+    pthread_mutex_lock(&s.mu)
+    while True:
+        while not s.stopping and (s.fd < 0 or s.pos >= s.end):
+            pthread_cond_wait(&s.wake, &s.mu)
+        if s.stopping:
+            break
+        start = s.pos if s.pos > s.head else s.head
+        stop = (start // CHUNK + 1) * CHUNK
+        if stop > s.end:
+            stop = s.end
+        pos = start
+        while pos < stop:
+            n = pwrite(s.fd, s.zeros, stop - pos, pos)
+            if n < 0 and errno == EINTR:
+                continue
+            if n <= 0:
+                # Only the fsync speed-up is lost: the space stays reserved.
+                s.error = errno if n < 0 else EIO
+                stop = s.end
+                break
+            pos += n
+        fb_store(&s.pos, stop)
+        last = stop >= s.end
+        fd = dup(s.fd)
+        pthread_mutex_unlock(&s.mu)
+        if fd >= 0:
+            if pos > start:
+                sync_file_range(fd, start, pos - start, SYNC_FILE_RANGE_WAIT_BEFORE |
+                                SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
+            if last:
+                fdatasync(fd)   # commit the extent changes: later syncs need no journal commit
+            close(fd)
+        pthread_mutex_lock(&s.mu)
+    pthread_mutex_unlock(&s.mu)
+    return NULL
+
+
+cdef class ZeroFill:
+    """Overwrites the current binlog file's reserved space with zeros, ahead of its records."""
+    cdef FillState s
+    cdef pthread_t tid
+    cdef bint running
+
+    def __cinit__(self):
+        self.s.fd = -1
+        self.s.zeros = <char *>calloc(1, CHUNK)
+        if self.s.zeros == NULL:
+            raise MemoryError()
+        pthread_mutex_init(&self.s.mu, NULL)
+        pthread_cond_init(&self.s.wake, NULL)
+        cdef int rc = pthread_create(&self.tid, NULL, fill_run, &self.s)
+        if rc != 0:
+            raise OSError(rc, "cannot start the binlog fill thread")
+        self.running = True
+
+    def file(self, int fd, int64_t used, int64_t end):
+        """fd is the new current file, records end at `used`, `end` bytes are
+        allocated. Fill from the chunk after the one records are being written
+        in. Once this returns, nothing more is written to the previous file."""
+        cdef int d = dup(fd)
+        if d < 0:
+            raise OSError(errno, "dup failed")
+        pthread_mutex_lock(&self.s.mu)
+        if self.s.fd >= 0:
+            close(self.s.fd)
+        self.s.fd = d
+        self.s.head = used
+        self.s.end = end
+        fb_store(&self.s.pos, (used // CHUNK + 1) * CHUNK)
+        pthread_cond_signal(&self.s.wake)
+        pthread_mutex_unlock(&self.s.mu)
+
+    def claim(self, int64_t end):
+        """The loop is about to write records up to offset `end` of the current file."""
+        if end <= fb_load(&self.s.pos):
+            return
+        with nogil:
+            pthread_mutex_lock(&self.s.mu)
+            if end > self.s.head:
+                self.s.head = end
+            pthread_mutex_unlock(&self.s.mu)
+
+    def release(self):
+        """Stop filling the current file (before it is truncated or closed)."""
+        pthread_mutex_lock(&self.s.mu)
+        if self.s.fd >= 0:
+            close(self.s.fd)
+            self.s.fd = -1
+        pthread_mutex_unlock(&self.s.mu)
+
+    def take_error(self):
+        """errno of a fill that failed since the last call (0 if none)."""
+        cdef int err
+        pthread_mutex_lock(&self.s.mu)
+        err = self.s.error
+        self.s.error = 0
+        pthread_mutex_unlock(&self.s.mu)
+        return err
+
+    def stop(self):
+        """Finish the chunk in hand, then end the thread."""
+        self._join()
+
+    cdef void _join(self) noexcept:
+        if not self.running:
+            return
+        pthread_mutex_lock(&self.s.mu)
+        self.s.stopping = True
+        pthread_cond_signal(&self.s.wake)
+        pthread_mutex_unlock(&self.s.mu)
+        with nogil:
+            pthread_join(self.tid, NULL)
+        self.running = False
+
+    def __dealloc__(self):
+        self._join()
+        if self.s.fd >= 0:
+            close(self.s.fd)
+        free(self.s.zeros)
         pthread_mutex_destroy(&self.s.mu)
         pthread_cond_destroy(&self.s.wake)

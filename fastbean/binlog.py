@@ -15,7 +15,7 @@ import os
 import struct
 import time
 
-from fastbean._sync import SyncThread
+from fastbean._sync import SyncThread, ZeroFill
 from fastbean.errors import BinlogError, BinlogLockedError
 
 log = logging.getLogger("fastbean")
@@ -58,6 +58,7 @@ class Binlog:
         self._sync_timer = None     # -f MS: the fsync due at most MS after a write
         self._asked_seq = 0         # records the sync thread has been asked to sync
         self._syncer = None         # SyncThread, started with the first sync
+        self._filler = None         # ZeroFill, with -f 0 (see _sync.pyx)
 
     # -- start-up ---------------------------------------------------------------
 
@@ -111,6 +112,9 @@ class Binlog:
         # Commit right after the turn's reads have run: one write per turn.
         # Only -f 0 holds back while a sync is in flight (see _start_sync).
         self.core.commit_eager = True
+        if self.fsync and self.fsync_ms == 0:
+            # Group commits wait on every fdatasync: keep them to overwrites.
+            self._filler = ZeroFill()
         live, resv, used, cap, nfiles = self.core.wal_status()
         if not self._new_file(resv):
             raise BinlogError("cannot create a binlog file in %s" % self.dir)
@@ -168,6 +172,12 @@ class Binlog:
             return False
         self.fd, self.seq, self.used = fd, seq, len(head)
         self.core.wal_new_file(seq, cap, len(head))
+        if self._filler is not None:
+            err = self._filler.take_error()
+            if err:
+                log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
+                            "its fsyncs stay slower", seq - 1, os.strerror(err))
+            self._filler.file(fd, len(head), cap)
         return True
 
     def _finish(self, fd, seq, used):
@@ -184,6 +194,8 @@ class Binlog:
 
     def _write(self, data, seq):
         self._written_seq = seq
+        if self._filler is not None:
+            self._filler.claim(self.used + len(data))
         view = memoryview(data)
         while view:
             try:
@@ -297,6 +309,9 @@ class Binlog:
             self.loop.remove_reader(self._syncer.fileno())
             self._syncer.stop()
             self._syncer = None
+        if self._filler is not None:
+            self._filler.stop()
+            self._filler = None
         if self.fd >= 0:
             self._write(*self.core.take_wal())
             try:
