@@ -188,10 +188,12 @@ cdef class SyncThread:
 # on ext4 and XFS every fdatasync then waits for a journal commit (about
 # 240 us here against 145 us for an overwrite, which caps -f 0). beanstalkd
 # avoids that by writing its files full of zeros before use, stalling its
-# loop for each new file. ZeroFill does the same behind the write position,
+# loop for each new file. ZeroFill does the same ahead of the write position,
 # in a thread: it overwrites the reserved space with zeros a chunk at a
 # time, each chunk written back before the next so that a group commit never
-# has to flush more than one chunk of them, and syncs once at the end.
+# has to flush more than one chunk of them, and syncs once at the end. It
+# works through an open file of its own, so that the write-back errors it
+# sees are not taken from the group commit's fdatasync.
 #
 # The loop writes records at increasing offsets. The filler only ever writes
 # at or above `pos`, which only grows, and writes each chunk under the lock.
@@ -277,16 +279,15 @@ cdef class ZeroFill:
         self.running = True
 
     def file(self, int fd, int64_t used, int64_t end):
-        """fd is the new current file, records end at `used`, `end` bytes are
-        allocated. Fill from the chunk after the one records are being written
-        in. Once this returns, nothing more is written to the previous file."""
-        cdef int d = dup(fd)
-        if d < 0:
-            raise OSError(errno, "dup failed")
+        """Fill the new current file, open as fd (its own open file, which the
+        filler takes over and closes): records end at `used`, `end` bytes are
+        allocated. Filling starts at the chunk after the one records are
+        being written in. Once this returns, nothing more is written to the
+        previous file."""
         pthread_mutex_lock(&self.s.mu)
         if self.s.fd >= 0:
             close(self.s.fd)
-        self.s.fd = d
+        self.s.fd = fd
         self.s.head = used
         self.s.end = end
         fb_store(&self.s.pos, (used // CHUNK + 1) * CHUNK)

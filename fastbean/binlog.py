@@ -157,17 +157,25 @@ class Binlog:
         cap = self.max_size + need + len(head)
         cap = (cap + BLOCK - 1) // BLOCK * BLOCK
         path = self.path(seq)
+        fill_fd = -1
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o400)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         except OSError as e:
             log.error("cannot create %s: %s", path, e.strerror)
             return False
         try:
+            if self._filler is not None:
+                # Its own open file: the kernel reports a failed writeback once
+                # per open file, and that report belongs to the group commit.
+                fill_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            os.fchmod(fd, 0o400)            # as beanstalkd creates them
             os.posix_fallocate(fd, 0, cap)
             os.pwrite(fd, head, 0)
         except OSError as e:
             log.error("cannot allocate %d bytes for %s: %s", cap, path, e.strerror)
             os.close(fd)
+            if fill_fd >= 0:
+                os.close(fill_fd)
             os.unlink(path)
             return False
         self.fd, self.seq, self.used = fd, seq, len(head)
@@ -177,17 +185,19 @@ class Binlog:
             if err:
                 log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
                             "its fsyncs stay slower", seq - 1, os.strerror(err))
-            self._filler.file(fd, len(head), cap)
+            self._filler.file(fill_fd, len(head), cap)
         return True
 
     def _finish(self, fd, seq, used):
-        # A file stops being current: cut the unused preallocation, make it durable.
+        # A file stops being current: cut the unused preallocation, make it
+        # durable. This fsync is the only one its last records get.
         try:
             os.ftruncate(fd, used)
             if self.fsync:
                 os.fsync(fd)
         except OSError as e:
             log.error("finishing binlog.%d: %s", seq, e.strerror)
+            self.core.set_failed(self._written_seq)
         os.close(fd)
         self.sizes[seq] = used
         self.closed_bytes += used
@@ -235,6 +245,10 @@ class Binlog:
     def _sync_done(self):
         seq, err = self._syncer.collect()
         if err:
+            # A failed writeback can take a page that also holds records
+            # written after this sync was asked for, and the kernel reports
+            # it only once: fail everything written so far.
+            seq = self._written_seq
             log.error("fsync of binlog.%d failed: %s%s", self.seq, os.strerror(err),
                       "; closing the connections waiting on it" if self.fsync_ms == 0 else "")
         self._synced_seq = max(self._synced_seq, seq)
@@ -320,9 +334,11 @@ class Binlog:
                     os.fsync(self.fd)
             except OSError as e:
                 log.error("closing binlog.%d: %s", self.seq, e.strerror)
+                self.core.set_failed(self._written_seq)
+            else:
+                self.core.set_durable(self._written_seq)
             os.close(self.fd)
             self.fd = -1
-            self.core.set_durable(self._written_seq)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1

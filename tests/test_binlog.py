@@ -466,6 +466,60 @@ def test_fsync_errors_never_acknowledge(tmp_path, monkeypatch):
         s.stop()
 
 
+ONE_SLOW_FAILURE = r"""
+/* LD_PRELOAD shim: the first fdatasync after the file named by
+ * FASTBEAN_TEST_EIO appears takes 300 ms and fails with EIO; later ones work. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+int fdatasync(int fd)
+{
+    const char *flag = getenv("FASTBEAN_TEST_EIO");
+    if (flag && unlink(flag) == 0) {
+        usleep(300000);
+        errno = EIO;
+        return -1;
+    }
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+"""
+
+
+def test_fsync_error_fails_every_record_written_before_it(tmp_path, monkeypatch):
+    # A failed write-back can lose a page that also holds records written
+    # after the failing fsync began, and the kernel reports the error only
+    # once, so the next fsync succeeds. Every record written before the error
+    # came back is therefore treated as lost: here the second client's put,
+    # written while the first one's fsync was failing, is not acknowledged.
+    src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
+    src.write_text(ONE_SLOW_FAILURE)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
+    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
+    monkeypatch.setenv("LD_PRELOAD", preload)
+    monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
+    s = fastbean(tmp_path, "-f", "0", "-s", "65536")    # a small file: filled at once
+    try:
+        with Client(s.port) as c:
+            first = c.put(b"before")
+        time.sleep(0.5)
+        flag.write_text("")
+        with Client(s.port) as c1, Client(s.port) as c2:
+            c1.send(b"put 0 0 60 1\r\na\r\n")
+            time.sleep(0.1)                                  # its fsync is under way
+            c2.send(b"put 0 0 60 1\r\nb\r\n")
+            assert c1.sock.recv(100) == b""
+            assert c2.sock.recv(100) == b""
+        assert not flag.exists()
+        with Client(s.port) as c:
+            later = c.put(b"after")
+            assert c.peek(first) == b"before" and c.peek(later) == b"after"
+    finally:
+        s.stop()
+
+
 def test_stats_report_the_binlog(tmp_path):
     s = fastbean(tmp_path, "-s", "20000")
     with Client(s.port) as c:
