@@ -67,6 +67,17 @@ cdef extern from "<sys/eventfd.h>" nogil:
     int EFD_CLOEXEC
 
 
+cdef void stop_thread(pthread_t tid, pthread_mutex_t *mu, pthread_cond_t *wake,
+                      bint *stopping) noexcept:
+    # Both workers finish the job in hand, see `stopping` and return.
+    pthread_mutex_lock(mu)
+    stopping[0] = True
+    pthread_cond_signal(wake)
+    pthread_mutex_unlock(mu)
+    with nogil:
+        pthread_join(tid, NULL)
+
+
 cdef struct State:
     pthread_mutex_t mu
     pthread_cond_t wake
@@ -161,15 +172,9 @@ cdef class SyncThread:
         self._join()
 
     cdef void _join(self) noexcept:
-        if not self.running:
-            return
-        pthread_mutex_lock(&self.s.mu)
-        self.s.stopping = True
-        pthread_cond_signal(&self.s.wake)
-        pthread_mutex_unlock(&self.s.mu)
-        with nogil:
-            pthread_join(self.tid, NULL)
-        self.running = False
+        if self.running:
+            stop_thread(self.tid, &self.s.mu, &self.s.wake, &self.s.stopping)
+            self.running = False
 
     def __dealloc__(self):
         self._join()
@@ -326,15 +331,9 @@ cdef class ZeroFill:
         self._join()
 
     cdef void _join(self) noexcept:
-        if not self.running:
-            return
-        pthread_mutex_lock(&self.s.mu)
-        self.s.stopping = True
-        pthread_cond_signal(&self.s.wake)
-        pthread_mutex_unlock(&self.s.mu)
-        with nogil:
-            pthread_join(self.tid, NULL)
-        self.running = False
+        if self.running:
+            stop_thread(self.tid, &self.s.mu, &self.s.wake, &self.s.stopping)
+            self.running = False
 
     def __dealloc__(self):
         self._join()

@@ -1,9 +1,12 @@
 """Binlog: restarts, crashes, torn tails, compaction, full disks, and
 directories shared with the real beanstalkd in both directions."""
+import fcntl
 import os
 import random
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -155,8 +158,6 @@ FIEMAP_EXTENT_UNWRITTEN = 0x800
 def unwritten_bytes(path):
     """Bytes of the file in extents still marked unwritten (reserved by
     fallocate, never written), from the FIEMAP ioctl."""
-    import fcntl
-    import struct
     count = 512
     req = bytearray(struct.pack("=QQIIII", 0, 2**64 - 1, 1, 0, count, 0) + bytes(56 * count))
     with open(path, "rb") as f:
@@ -211,7 +212,6 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
         with Client(s.port) as c:
             assert c.peek(1) == b"x" * 1000
         s.stop()
-        import shutil
         shutil.rmtree(d)
 
 
@@ -419,7 +419,8 @@ def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
 
 FAILING_FDATASYNC = r"""
 /* LD_PRELOAD shim: fdatasync fails with EIO while the file named by
- * FASTBEAN_TEST_EIO exists, as a dying disk's would. */
+ * FASTBEAN_TEST_EIO exists, as a dying disk's would. With FASTBEAN_TEST_EIO_ONCE
+ * set, only one call fails, after 300 ms, and removes the file. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -428,7 +429,13 @@ FAILING_FDATASYNC = r"""
 int fdatasync(int fd)
 {
     const char *flag = getenv("FASTBEAN_TEST_EIO");
-    if (flag && access(flag, F_OK) == 0) {
+    if (flag && getenv("FASTBEAN_TEST_EIO_ONCE")) {
+        if (unlink(flag) == 0) {
+            usleep(300000);
+            errno = EIO;
+            return -1;
+        }
+    } else if (flag && access(flag, F_OK) == 0) {
         errno = EIO;
         return -1;
     }
@@ -438,10 +445,9 @@ int fdatasync(int fd)
 """
 
 
-def test_fsync_errors_never_acknowledge(tmp_path, monkeypatch):
-    # With -f 0 a reply says the change is on disk. When the fsync fails, the
-    # clients waiting on it are hung up on instead; the server stays up, logs
-    # it, and serves (and acknowledges) again once the disk recovers.
+@pytest.fixture
+def failing_fsync(tmp_path, monkeypatch):
+    """Servers started from now on fail fdatasync while the returned file exists."""
     src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
     src.write_text(FAILING_FDATASYNC)
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
@@ -449,6 +455,14 @@ def test_fsync_errors_never_acknowledge(tmp_path, monkeypatch):
     preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
     monkeypatch.setenv("LD_PRELOAD", preload)
     monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
+    return flag
+
+
+def test_fsync_errors_never_acknowledge(tmp_path, failing_fsync):
+    # With -f 0 a reply says the change is on disk. When the fsync fails, the
+    # clients waiting on it are hung up on instead; the server stays up, logs
+    # it, and serves (and acknowledges) again once the disk recovers.
+    flag = failing_fsync
     s = fastbean(tmp_path, "-f", "0")
     try:
         with Client(s.port) as c:
@@ -466,40 +480,14 @@ def test_fsync_errors_never_acknowledge(tmp_path, monkeypatch):
         s.stop()
 
 
-ONE_SLOW_FAILURE = r"""
-/* LD_PRELOAD shim: the first fdatasync after the file named by
- * FASTBEAN_TEST_EIO appears takes 300 ms and fails with EIO; later ones work. */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <unistd.h>
-int fdatasync(int fd)
-{
-    const char *flag = getenv("FASTBEAN_TEST_EIO");
-    if (flag && unlink(flag) == 0) {
-        usleep(300000);
-        errno = EIO;
-        return -1;
-    }
-    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    return real(fd);
-}
-"""
-
-
-def test_fsync_error_fails_every_record_written_before_it(tmp_path, monkeypatch):
+def test_fsync_error_fails_every_record_written_before_it(tmp_path, failing_fsync, monkeypatch):
     # A failed write-back can lose a page that also holds records written
     # after the failing fsync began, and the kernel reports the error only
     # once, so the next fsync succeeds. Every record written before the error
     # came back is therefore treated as lost: here the second client's put,
     # written while the first one's fsync was failing, is not acknowledged.
-    src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
-    src.write_text(ONE_SLOW_FAILURE)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
-    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
-    monkeypatch.setenv("LD_PRELOAD", preload)
-    monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
+    flag = failing_fsync
+    monkeypatch.setenv("FASTBEAN_TEST_EIO_ONCE", "1")     # one slow failure, then a working disk
     s = fastbean(tmp_path, "-f", "0", "-s", "65536")    # a small file: filled at once
     try:
         with Client(s.port) as c:
