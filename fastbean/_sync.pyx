@@ -212,7 +212,7 @@ cdef enum:
 cdef struct FillState:
     pthread_mutex_t mu
     pthread_cond_t wake
-    int fd                # dup of the file being filled; -1 when none
+    int fd                # the filler's own open file of the current file; -1 when none
     int64_t pos           # the filler writes only at or above this (atomic)
     int64_t head          # the loop's records end here, as far as claimed
     int64_t end           # the file's allocated size
@@ -308,14 +308,6 @@ cdef class ZeroFill:
             if end > self.s.head:
                 self.s.head = end
             pthread_mutex_unlock(&self.s.mu)
-
-    def release(self):
-        """Stop filling the current file (before it is truncated or closed)."""
-        pthread_mutex_lock(&self.s.mu)
-        if self.s.fd >= 0:
-            close(self.s.fd)
-            self.s.fd = -1
-        pthread_mutex_unlock(&self.s.mu)
 
     def take_error(self):
         """errno of a fill that failed since the last call (0 if none)."""
