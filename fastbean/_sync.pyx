@@ -67,15 +67,42 @@ cdef extern from "<sys/eventfd.h>" nogil:
     int EFD_CLOEXEC
 
 
-cdef void stop_thread(pthread_t tid, pthread_mutex_t *mu, pthread_cond_t *wake,
-                      bint *stopping) noexcept:
-    # Both workers finish the job in hand, see `stopping` and return.
-    pthread_mutex_lock(mu)
-    stopping[0] = True
-    pthread_cond_signal(wake)
-    pthread_mutex_unlock(mu)
-    with nogil:
-        pthread_join(tid, NULL)
+ctypedef void *(*thread_main)(void *) noexcept nogil
+
+
+cdef class Worker:
+    """One native thread that waits on a condition under a mutex. Both live
+    in the subclass's state; stop() sets its `stopping` flag, and the thread
+    returns once the job in hand is done."""
+    cdef pthread_t tid
+    cdef bint running
+    cdef pthread_mutex_t *mu
+    cdef pthread_cond_t *wake
+    cdef bint *stopping
+
+    cdef int _start(self, thread_main main, void *state, pthread_mutex_t *mu,
+                    pthread_cond_t *wake, bint *stopping, str what) except -1:
+        self.mu, self.wake, self.stopping = mu, wake, stopping
+        cdef int rc = pthread_create(&self.tid, NULL, main, state)
+        if rc != 0:
+            raise OSError(rc, "cannot start the binlog's %s thread" % what)
+        self.running = True
+        return 0
+
+    def stop(self):
+        """Finish the job in hand, then end the thread."""
+        self._join()
+
+    cdef void _join(self) noexcept:
+        if not self.running:
+            return
+        pthread_mutex_lock(self.mu)
+        self.stopping[0] = True
+        pthread_cond_signal(self.wake)
+        pthread_mutex_unlock(self.mu)
+        with nogil:
+            pthread_join(self.tid, NULL)
+        self.running = False
 
 
 cdef struct State:
@@ -116,10 +143,8 @@ cdef void *run(void *arg) noexcept nogil:
     return NULL
 
 
-cdef class SyncThread:
+cdef class SyncThread(Worker):
     cdef State s
-    cdef pthread_t tid
-    cdef bint running
 
     def __cinit__(self):
         self.s.want_fd = -1
@@ -128,12 +153,7 @@ cdef class SyncThread:
             raise OSError(errno, "eventfd failed")
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
-        cdef int rc = pthread_create(&self.tid, NULL, run, &self.s)
-        if rc != 0:
-            close(self.s.efd)
-            self.s.efd = -1
-            raise OSError(rc, "cannot start the fsync thread")
-        self.running = True
+        self._start(run, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "fsync")
 
     def fileno(self):
         """The eventfd that becomes readable when a sync has finished."""
@@ -166,15 +186,6 @@ cdef class SyncThread:
         self.s.error = 0
         pthread_mutex_unlock(&self.s.mu)
         return n, err
-
-    def stop(self):
-        """Finish the sync asked for, then end the thread."""
-        self._join()
-
-    cdef void _join(self) noexcept:
-        if self.running:
-            stop_thread(self.tid, &self.s.mu, &self.s.wake, &self.s.stopping)
-            self.running = False
 
     def __dealloc__(self):
         self._join()
@@ -265,11 +276,9 @@ cdef void *fill_run(void *arg) noexcept nogil:
     return NULL
 
 
-cdef class ZeroFill:
+cdef class ZeroFill(Worker):
     """Overwrites the current binlog file's reserved space with zeros, ahead of its records."""
     cdef FillState s
-    cdef pthread_t tid
-    cdef bint running
 
     def __cinit__(self):
         self.s.fd = -1
@@ -278,10 +287,7 @@ cdef class ZeroFill:
             raise MemoryError()
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
-        cdef int rc = pthread_create(&self.tid, NULL, fill_run, &self.s)
-        if rc != 0:
-            raise OSError(rc, "cannot start the binlog fill thread")
-        self.running = True
+        self._start(fill_run, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "zero-fill")
 
     def file(self, int fd, int64_t used, int64_t end):
         """Fill the new current file, open as fd (its own open file, which the
@@ -317,15 +323,6 @@ cdef class ZeroFill:
         self.s.error = 0
         pthread_mutex_unlock(&self.s.mu)
         return err
-
-    def stop(self):
-        """Finish the chunk in hand, then end the thread."""
-        self._join()
-
-    cdef void _join(self) noexcept:
-        if self.running:
-            stop_thread(self.tid, &self.s.mu, &self.s.wake, &self.s.stopping)
-            self.running = False
 
     def __dealloc__(self):
         self._join()
