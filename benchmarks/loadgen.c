@@ -7,7 +7,7 @@
  * delete; a put, reserve and delete); its latency runs from its first command's
  * write to its last reply. The result is one JSON object on stdout.
  *
- * Built by benchmarks/build.py with the system C compiler; not part of the
+ * Built by benchmarks/harness.py (build_tool) with the system C compiler; not part of the
  * installed package.
  */
 #define _GNU_SOURCE

@@ -197,7 +197,7 @@ cdef class Core:
     cdef bytes hostname, os_version, machine, version
 
     # Binlog. Python (binlog.py) owns the files; the engine encodes records
-    # into wbuf, keeps the space accounting and knows which file holds what.
+    # into wba, keeps the space accounting and knows which file holds what.
     cdef public bint wal_on
     cdef bytearray wba                # records not yet handed to binlog.py
     cdef uint64_t wal_seq             # records appended so far
@@ -206,7 +206,7 @@ cdef class Core:
     cdef public bint commit_eager     # binlog.py: commit as soon as the turn's reads have run
     cdef uint64_t debug_cmds          # commands run (debug builds check structures as they go)
     cdef list held                    # connections whose replies wait for durability
-    cdef public object binlog         # rotate(need) -> capacity, schedule(), oldest_index, current_index
+    cdef public object binlog         # rotate(need) -> capacity, schedule(), commit()
     cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
     cdef int64_t wal_used             # bytes of it used (written or in wbuf)

@@ -1751,16 +1751,6 @@ cdef class Core:
     def current_jobs(self):
         return self.jobs.count
 
-    @property
-    def current_connections(self):
-        return self.conn_ct
-
-    def next_deadline(self):
-        """Seconds until the next timer is due, or None."""
-        cdef int64_t at = self._next_deadline()
-        if at == INT64_MAX:
-            return None
-        return max(0.0, (at - mono_ns()) / 1e9)
 
 
 cdef class Conn:

@@ -50,8 +50,7 @@ cdef enum Op:
     OP_SKIPPED = 27           # a rejected body was swallowed; reply cmd.err now
     OP_UNKNOWN = 28           # UNKNOWN_COMMAND
     OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
-    OP_EXT = 30               # fastbean's own extension command (see ext_* fields)
-    OP_COUNT = 31
+    OP_EXT = 30               # fastbean-stats, fastbean's own command
 
 # Errors attached to a recognised command (the command's counter still moves).
 cdef enum Err:

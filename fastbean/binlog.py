@@ -22,7 +22,6 @@ log = logging.getLogger("fastbean")
 
 VERSION = 7
 HEADER = struct.pack("<i", VERSION)
-SHORT = 84                  # bytes of a short record
 BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
 
@@ -342,9 +341,3 @@ class Binlog:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
-
-    # -- stats ------------------------------------------------------------------
-
-    @property
-    def files(self):
-        return sorted(self.sizes) + [self.seq]
