@@ -23,7 +23,8 @@ import statistics
 import sys
 import time
 
-from benchmarks.harness import KINDS, Server, build_loadgen, loadgen, machine
+from benchmarks.harness import build_loadgen, loadgen, machine
+from tests.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -88,7 +89,7 @@ def prefill_count(case, seconds):
 def measure(kind, case, seconds, warmup):
     """One fresh server, one run of the load generator; the result as a dict."""
     flags = BINLOG[case.binlog]
-    with Server(kind, *(flags or ()), binlog=flags is not None) as server:
+    with Server.start(kind, *(flags or ()), binlog=flags is not None, timeout=600) as server:
         conns = max(2, case.conns) if case.workload == "mixed" else case.conns
         if case.workload == "reserve":
             loadgen(server.port, "put", conns=10, depth=16, body=case.body, seconds=0,

@@ -1,21 +1,16 @@
-"""What every benchmark needs: the compiled load generator, server processes on
-free loopback ports (C beanstalkd from PATH, fastbean, and nullserver.c as the
-machine's ceiling), and their CPU and RSS read from /proc."""
+"""What every benchmark needs beyond the servers themselves (tests/servers.py
+starts those, the same way for tests and benchmarks): the compiled load
+generator and the other C tools, and a few facts about the machine."""
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
+
+from tests.servers import BEANSTALKD, Client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "build")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
-KINDS = ("beanstalkd", "fastbean")
 
 
 def build_tool(name):
@@ -33,92 +28,6 @@ def build_tool(name):
 
 def build_loadgen():
     return build_tool("loadgen")
-
-
-def beanstalkd_path():
-    path = os.environ.get("BEANSTALKD") or shutil.which("beanstalkd") or "/usr/bin/beanstalkd"
-    if not os.path.exists(path):
-        sys.exit("C beanstalkd is not on PATH (apt-get install beanstalkd, or set BEANSTALKD)")
-    return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """One server process on 127.0.0.1 (beanstalkd, fastbean or nullserver), stopped by its PID."""
-
-    def __init__(self, kind, *args, binlog=False):
-        self.kind = kind
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="fastbean-bench-") if binlog else None
-        if kind == "beanstalkd":
-            cmd = [beanstalkd_path(), "-l", "127.0.0.1", "-p", str(self.port)]
-        elif kind == "fastbean":
-            cmd = [sys.executable, "-m", "fastbean", "-l", "127.0.0.1", "-p", str(self.port)]
-        elif kind == "nullserver" and not binlog and not args:
-            cmd = [build_tool("nullserver"), str(self.port)]
-        else:
-            raise ValueError("no server %r with %r" % (kind, args))
-        if binlog:
-            cmd += ["-b", self.dir]
-        cmd += [str(a) for a in args]
-        self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_ready()
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def wait_ready(self, timeout=600.0):
-        """Wait until the server accepts (a replay can take a while); return seconds waited."""
-        t0 = time.monotonic()
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return time.monotonic() - t0
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("%s exited with %s" % (self.cmd, self.proc.returncode))
-                if time.monotonic() - t0 > timeout:
-                    self.stop()
-                    raise RuntimeError("%s did not start" % (self.cmd,))
-                time.sleep(0.005)
-
-    def cpu(self):
-        """User + system CPU seconds used so far."""
-        with open("/proc/%d/stat" % self.pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-    def rss(self):
-        """Resident set size in bytes."""
-        with open("/proc/%d/statm" % self.pid) as f:
-            return int(f.read().split()[1]) * PAGE
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            os.kill(self.pid, sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.proc.wait()
-
-    def cleanup(self):
-        self.stop()
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.cleanup()
 
 
 def loadgen(port, workload, conns=10, depth=1, body=100, seconds=2.0, total=None, tube=None,
@@ -145,35 +54,10 @@ def finish(proc):
     return json.loads(out)
 
 
-def command(port, line, timeout=60.0):
-    """Send one command line; return the reply line and, for OK/FOUND/RESERVED, its body."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(line + b"\r\n")
-        buf = b""
-        while b"\r\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed")
-            buf += chunk
-        head, rest = buf.split(b"\r\n", 1)
-        word = head.split(b" ", 1)[0]
-        if word in (b"OK", b"FOUND", b"RESERVED"):
-            n = int(head.rsplit(b" ", 1)[1])
-            while len(rest) < n + 2:
-                rest += s.recv(65536)
-            return head, rest[:n]
-        return head, None
-
-
 def stats(port, line=b"stats"):
-    """stats (or stats-tube NAME) as a dict of strings."""
-    _, doc = command(port, line)
-    out = {}
-    for entry in doc.decode().splitlines()[1:]:
-        if ": " in entry:
-            k, v = entry.split(": ", 1)
-            out[k] = v
-    return out
+    """stats (or stats-tube NAME) as a dict."""
+    with Client(port, timeout=60.0) as c:
+        return c.yaml(line)
 
 
 def machine():
@@ -188,5 +72,5 @@ def machine():
     except OSError:
         pass
     return {"cpus": os.cpu_count(), "cpu_model": model, "python": sys.version.split()[0],
-            "beanstalkd": subprocess.run([beanstalkd_path(), "-v"], capture_output=True,
+            "beanstalkd": subprocess.run([BEANSTALKD, "-v"], capture_output=True,
                                          text=True).stdout.strip()}

@@ -18,7 +18,8 @@ import os
 import sys
 import time
 
-from benchmarks.harness import KINDS, Server, build_loadgen, loadgen, machine, stats
+from benchmarks.harness import build_loadgen, loadgen, machine, stats
+from tests.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MB = 1 << 20
@@ -35,7 +36,7 @@ def live_jobs(st):
 
 
 def measure(kind, jobs, body):
-    with Server(kind) as server:
+    with Server.start(kind, timeout=600) as server:
         empty = settle_rss(server, 0.5)
         fill = loadgen(server.port, "put", conns=10, depth=16, body=body, seconds=0, total=jobs)
         full = settle_rss(server, 0.2)

@@ -33,31 +33,23 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from benchmarks.harness import (KINDS, Server, beanstalkd_path, build_loadgen, free_port, loadgen,
-                                machine, stats)
+from benchmarks.harness import build_loadgen, loadgen, machine, stats
+from tests.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MB = 1 << 20
 STATES = ("ready", "delayed", "buried", "reserved")
 
 
-class BinlogServer(Server):
-    """A server on a binlog directory the caller owns (cleanup leaves it), timed from its start."""
-
-    def __init__(self, kind, binlog_dir, *args):
-        self.kind = kind
-        self.port = free_port()
-        self.dir = None                 # so that Server.cleanup does not remove binlog_dir
-        base = [beanstalkd_path()] if kind == "beanstalkd" else [sys.executable, "-m", "fastbean"]
-        self.cmd = base + ["-l", "127.0.0.1", "-p", str(self.port), "-b", binlog_dir] + list(args)
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def binlog_server(kind, binlog_dir, *args):
+    """A server on a binlog directory the caller owns, started and timed from now
+    (wait_ready() or wait_replayed() waits for it)."""
+    return Server.start(kind, *args, binlog=binlog_dir, wait=False)
 
 
 class Conn:
@@ -184,7 +176,7 @@ def dir_usage(path):
 
 def replay_once(kind, path, expect):
     """Start `kind` on `path`, time its replay, read its RSS, stop it with SIGTERM."""
-    server = BinlogServer(kind, path, "-F")
+    server = binlog_server(kind, path, "-F")
     try:
         r = wait_replayed(server, expect)
         r["rss"] = server.rss() if r["exit"] is None else None
@@ -210,9 +202,9 @@ def replay_bench(jobs, body, share):
         other = KINDS[1 - KINDS.index(kind)]
         path = tempfile.mkdtemp(prefix="fastbean-replay-")
         try:
-            server = BinlogServer(kind, path, "-F")
+            server = binlog_server(kind, path, "-F")
             try:
-                server.wait_ready()
+                server.wait_ready(600)
                 t0 = time.monotonic()
                 expect = fill(server.port, jobs, body, share)
                 fill_s = time.monotonic() - t0
@@ -303,10 +295,10 @@ def lookup(port, ids, batch=1000):
 def loss_once(kind, policy, conns, depth, seconds, body):
     path = tempfile.mkdtemp(prefix="fastbean-loss-")
     try:
-        server = BinlogServer(kind, path, *policy)
+        server = binlog_server(kind, path, *policy)
         acked, errors = [], []
         try:
-            server.wait_ready()
+            server.wait_ready(600)
             threads = [threading.Thread(target=producer, args=(server.port, depth, body,
                                                                acked, errors))
                        for _ in range(conns)]
@@ -317,9 +309,9 @@ def loss_once(kind, policy, conns, depth, seconds, body):
             server.stop(signal.SIGKILL)
         for t in threads:
             t.join()
-        server = BinlogServer(kind, path, *policy)
+        server = binlog_server(kind, path, *policy)
         try:
-            server.wait_ready()
+            server.wait_ready(600)
             recovered = sum(counts(stats(server.port)).values())   # answered once replayed
             restart_s = time.monotonic() - server.started
             found = lookup(server.port, acked)

@@ -46,7 +46,8 @@ import socket
 import sys
 import time
 
-from benchmarks.harness import KINDS, Server, build_loadgen, finish, loadgen, machine
+from benchmarks.harness import build_loadgen, finish, loadgen, machine
+from tests.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -323,7 +324,7 @@ SCENARIOS = {
 
 
 def measure(kind, name, n, args):
-    with Server(kind) as srv:
+    with Server.start(kind, timeout=600) as srv:
         base = None
         if name != "many-tubes":
             base = probe_result(start_probe(srv.port, args.baseline, args)[0])

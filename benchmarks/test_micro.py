@@ -20,6 +20,7 @@ import pytest
 
 from fastbean._core import Core
 from fastbean._parser import Parser
+from tests.servers import EngineClient as Client
 
 BODY = b"b" * 100
 PUT = b"put 0 0 60 100\r\n" + BODY + b"\r\n"
@@ -28,34 +29,6 @@ WAL_HEADER = (7).to_bytes(4, "little")     # binlog format version 7
 
 
 # -- helpers -------------------------------------------------------------------
-
-class Client:
-    """One engine connection on a fake transport (no reference cycles, so a
-    dropped core with a million jobs is freed at once)."""
-
-    def __init__(self, core):
-        self.chunks = []
-        self.flags = flags = {"again": False, "closed": False}
-        self.conn = core.connect(lambda on: None, lambda: flags.__setitem__("again", True))
-        self.conn.attach(self.chunks.append, self.chunks.extend,
-                         lambda: flags.__setitem__("closed", True))
-
-    def send(self, data):
-        """Feed one read, then run the loop turns the engine asks for."""
-        self.conn.feed(data)
-        while self.flags["again"]:
-            self.flags["again"] = False
-            self.conn.run_later()
-
-    def take(self):
-        out = b"".join(self.chunks)
-        self.chunks.clear()
-        return out
-
-    def call(self, data):
-        self.send(data)
-        return self.take()
-
 
 def filled(n, put=PUT):
     """A core whose default tube holds n ready jobs (ids 1..n), and a client."""

@@ -1,5 +1,11 @@
-"""Real server processes for tests: start on a free loopback port, wait until
-they accept, stop by PID; and a small blocking client that speaks the protocol."""
+"""Server processes for the tests and the benchmarks, and clients that talk to them.
+
+A Server starts on a free loopback port (beanstalkd, fastbean, or the
+benchmarks' nullserver), is ready once it accepts a connection, and is
+stopped by its PID; it reads its own CPU and RSS from /proc. Client is a
+small blocking protocol client; EngineClient drives the compiled engine
+in-process, on a fake transport, with no socket at all.
+"""
 import os
 import shlex
 import shutil
@@ -10,10 +16,19 @@ import sys
 import tempfile
 import time
 
-BEANSTALKD = shutil.which("beanstalkd") or "/usr/bin/beanstalkd"
-
 # `make fuzz` (FASTBEAN_FUZZ=N) multiplies the examples of the randomized tests.
 FUZZ = max(1, int(os.environ.get("FASTBEAN_FUZZ", "1")))
+KINDS = ("beanstalkd", "fastbean")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def beanstalkd_path():
+    """The C beanstalkd: $BEANSTALKD, else the one on PATH, else Debian's."""
+    return os.environ.get("BEANSTALKD") or shutil.which("beanstalkd") or "/usr/bin/beanstalkd"
+
+
+BEANSTALKD = beanstalkd_path()
 
 
 def free_port():
@@ -27,38 +42,67 @@ def fastbean_cmd():
     return shlex.split(os.environ.get("FASTBEAN_CMD", "")) or [sys.executable, "-m", "fastbean"]
 
 
-class Server:
-    """One server process on 127.0.0.1:port."""
+def server_cmd(kind, port):
+    """The command line that starts a server of this kind on 127.0.0.1:port."""
+    if kind == "beanstalkd":
+        return [BEANSTALKD, "-l", "127.0.0.1", "-p", str(port)]
+    if kind == "fastbean":
+        return fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)]
+    if kind == "nullserver":
+        from benchmarks.harness import build_tool      # C, compiled on first use
+        return [build_tool("nullserver"), str(port)]
+    raise ValueError("no server kind %r" % kind)
 
-    def __init__(self, kind, proc, port, log):
-        self.kind, self.proc, self.port, self._log = kind, proc, port, log
+
+class Server:
+    """One server process on 127.0.0.1:port, stopped by its PID."""
+
+    def __init__(self, kind, proc, port, log, cmd, tmpdir=None):
+        self.kind, self.proc, self.port, self._log, self.cmd = kind, proc, port, log, cmd
+        self.started = time.monotonic()
+        self._tmpdir = tmpdir
+
+    @classmethod
+    def start(cls, kind, *args, port=None, binlog=None, timeout=10.0, wait=True):
+        """Start a server with these extra arguments. binlog: a directory for
+        -b, or True for a temporary one that cleanup() removes. wait=False
+        returns at once (wait_ready() then times the start-up)."""
+        port = port or free_port()
+        cmd = server_cmd(kind, port)
+        tmpdir = None
+        if binlog is True:
+            binlog = tmpdir = tempfile.mkdtemp(prefix="fastbean-test-")
+        if binlog:
+            cmd += ["-b", str(binlog)]
+        cmd += [str(a) for a in args]
+        # stderr goes to a file: a pipe nobody reads could fill up and stall the server
+        log = tempfile.TemporaryFile()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        server = cls(kind, proc, port, log, cmd, tmpdir)
+        if wait:
+            server.wait_ready(timeout)
+        return server
+
+    def wait_ready(self, timeout=10.0):
+        """Wait until the server accepts a connection; return the seconds since it started."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return time.monotonic() - self.started
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("%s exited with %s: %s" % (
+                        self.kind, self.proc.returncode, self.log.decode(errors="replace")))
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError("%s did not accept connections on port %d" % (
+                        self.kind, self.port))
+                time.sleep(0.005)
 
     @property
     def pid(self):
         return self.proc.pid
-
-    @classmethod
-    def start(cls, kind, *args, port=None, timeout=10.0):
-        port = port or free_port()
-        base = [BEANSTALKD] if kind == "beanstalkd" else fastbean_cmd()
-        # stderr goes to a file: a pipe nobody reads could fill up and stall the server
-        log = tempfile.TemporaryFile()
-        proc = subprocess.Popen(base + ["-l", "127.0.0.1", "-p", str(port), *map(str, args)],
-                                stdout=subprocess.DEVNULL, stderr=log)
-        server = cls(kind, proc, port, log)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return server
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError("%s exited with %s: %s" % (
-                        kind, proc.returncode, server.log.decode(errors="replace")))
-                if time.monotonic() > deadline:
-                    server.kill()
-                    raise RuntimeError("%s did not accept connections on port %d" % (kind, port))
-                time.sleep(0.01)
 
     def stop(self, sig=signal.SIGTERM, timeout=10.0):
         """Signal the process (by PID) and wait for it; returns its exit status."""
@@ -71,17 +115,40 @@ class Server:
                 self.proc.wait()
         return self.proc.returncode
 
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def wait(self, timeout=10.0):
+        return self.proc.wait(timeout)
+
+    def cleanup(self):
+        """Stop it and remove its temporary binlog directory, if it has one."""
+        self.stop(timeout=30.0)
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.cleanup()
+
     @property
     def log(self):
         """Everything the server wrote to stderr so far."""
         self._log.seek(0)
         return self._log.read()
 
-    def kill(self):
-        return self.stop(signal.SIGKILL)
+    def cpu(self):
+        """User + system CPU seconds used so far."""
+        with open("/proc/%d/stat" % self.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
-    def wait(self, timeout=10.0):
-        return self.proc.wait(timeout)
+    def rss(self):
+        """Resident set size in bytes."""
+        with open("/proc/%d/statm" % self.pid) as f:
+            return int(f.read().split()[1]) * PAGE
 
 
 class Client:
@@ -94,7 +161,7 @@ class Client:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc_info):
         self.close()
 
     def close(self):
@@ -159,16 +226,55 @@ class Client:
         reply = self.cmd(line)
         if not reply.startswith(b"OK "):
             return None
-        doc = self.body(int(reply.split()[1])).decode()
-        out = {}
-        for entry in doc.split("\n")[1:]:
-            if ": " in entry:
-                k, v = entry.split(": ", 1)
-                out[k] = int(v) if v.lstrip("-").isdigit() else v
-        return out
+        return parse_yaml(self.body(int(reply.split()[1])))
 
     def stats(self):
         return self.yaml(b"stats")
 
     def stats_job(self, jid):
         return self.yaml(b"stats-job %d" % jid)
+
+
+def parse_yaml(doc):
+    """A stats document as a dict; integers as int, the rest as str."""
+    out = {}
+    for entry in doc.decode().split("\n")[1:]:
+        if ": " in entry:
+            k, v = entry.split(": ", 1)
+            out[k] = int(v) if v.lstrip("-").isdigit() else v
+    return out
+
+
+class EngineClient:
+    """One connection of an in-process engine (fastbean._core.Core) on a fake
+    transport: replies are kept by reference, the engine's "run me again next
+    turn" requests are honoured by send(), and nothing holds a reference
+    cycle, so a dropped engine with a million jobs is freed at once."""
+
+    def __init__(self, core):
+        self.chunks = []
+        self.flags = flags = {"again": False, "closed": False}
+        self.conn = core.connect(lambda on: None, lambda: flags.__setitem__("again", True))
+        self.conn.attach(self.chunks.append, self.chunks.extend,
+                         lambda: flags.__setitem__("closed", True))
+
+    def send(self, data):
+        """Feed one read, then run the loop turns the engine asks for."""
+        self.conn.feed(data)
+        while self.flags["again"]:
+            self.flags["again"] = False
+            self.conn.run_later()
+
+    def take(self):
+        """The bytes written since the last take()."""
+        out = b"".join(self.chunks)
+        self.chunks.clear()
+        return out
+
+    def call(self, data):
+        self.send(data)
+        return self.take()
+
+    @property
+    def closed(self):
+        return self.flags["closed"]

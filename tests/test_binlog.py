@@ -14,7 +14,7 @@ import time
 import pytest
 
 
-from servers import Client, Server, free_port
+from tests.servers import Client, Server, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,7 +50,7 @@ def make_jobs(c):
     c.watch("alpha")
     c.watch("beta.gamma")
     # bury two, release one with a delay, keep one reserved, delete one, kick one
-    j1 = c.reserve_job(ids[0]); c.cmd(b"bury %d 5" % ids[0], b"BURIED")
+    c.reserve_job(ids[0]); c.cmd(b"bury %d 5" % ids[0], b"BURIED")
     c.reserve_job(ids[6]); c.cmd(b"bury %d 6" % ids[6], b"BURIED")
     c.reserve_job(ids[2]); c.cmd(b"release %d 9 500" % ids[2], b"RELEASED")
     c.reserve_job(ids[12])

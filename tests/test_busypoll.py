@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from servers import Client, Server, fastbean_cmd
+from tests.servers import Client, Server, fastbean_cmd
 
 pytestmark = pytest.mark.timeout(60)
 

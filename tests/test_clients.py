@@ -5,16 +5,8 @@ import importlib.machinery
 import greenstalk
 import pytest
 
-from servers import Server
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["fastbean", "beanstalkd"])
-def server(request):
-    s = Server.start(request.param)
-    yield s
-    s.stop()
 
 
 def test_greenstalk_round_trip(server):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from servers import BEANSTALKD, Server
+from tests.servers import BEANSTALKD, Server
 
 pytestmark = pytest.mark.timeout(300)
 

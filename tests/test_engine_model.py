@@ -8,26 +8,10 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fastbean._core import Core
-from servers import FUZZ
+from tests.servers import FUZZ, EngineClient
 
 TUBES = ["default", "a", "b", "c"]
 URGENT = 1024
-
-
-class FakeTransport:
-    def __init__(self):
-        self.out = bytearray()
-        self.closed = False
-
-    def write(self, data):
-        self.out += data
-
-    def writelines(self, chunks):
-        for c in chunks:
-            self.out += c
-
-    def close(self):
-        self.closed = True
 
 
 class ModelJob:
@@ -89,23 +73,18 @@ class EngineVsModel(RuleBasedStateMachine):
             self._open()
 
     def _open(self):
-        t = FakeTransport()
-        c = self.core.connect(lambda on: None, lambda: None)
-        c.attach(t.write, t.writelines, t.close)
-        self.conns.append((c, t, ModelConn()))
+        self.conns.append((EngineClient(self.core), ModelConn()))
 
     def send(self, i, data):
         # Each command is a loop turn of its own: the read may be held back
         # (fair turns) and then runs at the turn's end.
-        c, t, _ = self.conns[i]
-        c.feed(data)
+        c, _ = self.conns[i]
+        c.send(data)
         self.core.run_turn()
-        out = bytes(t.out)
-        t.out.clear()
-        return out
+        return c.take()
 
     def mconns(self):
-        return [m for _, _, m in self.conns]
+        return [m for _, m in self.conns]
 
     idx = st.integers(0, 2)
     pri = st.sampled_from([0, 1, 5, 1023, 1024, 4294967295])
@@ -288,15 +267,12 @@ class EngineVsModel(RuleBasedStateMachine):
     @rule(i=idx)
     def reconnect(self, i):
         # close connection i (its reservations go back to ready), open a fresh one
-        c, t, _ = self.conns[i]
-        c.gone()
+        c, _ = self.conns[i]
+        c.conn.gone()
         for j in self.model.jobs.values():
             if j.state == "reserved" and j.owner == i:
                 j.state, j.owner = "ready", None
-        t2 = FakeTransport()
-        c2 = self.core.connect(lambda on: None, lambda: None)
-        c2.attach(t2.write, t2.writelines, t2.close)
-        self.conns[i] = (c2, t2, ModelConn())
+        self.conns[i] = (EngineClient(self.core), ModelConn())
         self.model.gc(self.mconns())
 
     @invariant()
@@ -323,19 +299,19 @@ def test_big_puts_take_turns_with_other_connections():
     # A read holding ten 16 KiB puts runs 64 KiB of them, then waits for the
     # next turn (later()), so consumers get in between; small puts don't count.
     core = Core(version=b"test")
-    turns = []
-    t = FakeTransport()
-    c = core.connect(lambda on: None, lambda: turns.append(1))
-    c.attach(t.write, t.writelines, t.close)
+    c = EngineClient(core)
     body = b"x" * 16384
-    c.feed(b"".join(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) for _ in range(10))
-           + b"put 0 0 60 1\r\ny\r\n" * 3)
+    c.conn.feed(b"".join(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) for _ in range(10))
+                + b"put 0 0 60 1\r\ny\r\n" * 3)
     replies = []
+    out = b""
     while True:
-        replies.append(bytes(t.out).count(b"INSERTED"))
-        if len(turns) < len(replies):
+        out += c.take()
+        replies.append(out.count(b"INSERTED"))
+        if not c.flags["again"]:
             break
-        c.run_later()
+        c.flags["again"] = False
+        c.conn.run_later()
     assert replies == [4, 8, 13]
     assert core.current_jobs == 13
 
@@ -348,20 +324,12 @@ def test_connections_served_last_turn_wait_for_the_others():
     core = Core(version=b"test")
     asked = []
     core.turn_soon = lambda: asked.append(1)
-    conns, outs = [], []
-    for _ in range(4):
-        t = FakeTransport()
-        c = core.connect(lambda on: None, lambda: None)
-        c.attach(t.write, t.writelines, t.close)
-        conns.append(c)
-        outs.append(t.out)
+    clients = [EngineClient(core) for _ in range(4)]
+    conns = [c.conn for c in clients]
     put = b"put 0 0 60 1\r\nx\r\n"
 
     def replies():
-        got = [bytes(o) for o in outs]
-        for o in outs:
-            del o[:]
-        return got
+        return [c.take() for c in clients]
 
     for c in conns[:3]:                # never served: each runs at once
         c.feed(put)

@@ -9,16 +9,9 @@ import time
 
 import pytest
 
-from servers import Client, Server, fastbean_cmd, free_port
+from tests.servers import Client, Server, fastbean_cmd, free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["fastbean", "beanstalkd"])
-def server(request):
-    s = Server.start(request.param)
-    yield s
-    s.stop()
 
 
 def test_sigusr1_drains(server):

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fastbean._parser import Parser
-from refparser import RefParser, parse_line
-from servers import FUZZ
+from tests.refparser import RefParser, parse_line
+from tests.servers import FUZZ
 
 MAX_JOB = 64
 

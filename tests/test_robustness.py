@@ -6,29 +6,14 @@ import time
 
 import pytest
 
-from servers import Client, Server
+from tests.servers import Client
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def rss(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-@pytest.fixture
-def server(request):
-    s = Server.start("fastbean", *getattr(request, "param", ()))
-    yield s
-    s.stop()
-
-
-@pytest.mark.parametrize("server", [("--max-memory", "1M")], indirect=True)
-def test_memory_cap_refuses_puts_until_memory_is_freed(server):
-    with Client(server.port) as c:
+@pytest.mark.parametrize("fastbean_server", [("--max-memory", "1M")], indirect=True)
+def test_memory_cap_refuses_puts_until_memory_is_freed(fastbean_server):
+    with Client(fastbean_server.port) as c:
         ext = c.yaml(b"fastbean-stats")
         assert ext["max-memory"] == 1 << 20 and ext["memory-used"] == 0
         body = b"x" * 10000
@@ -43,7 +28,7 @@ def test_memory_cap_refuses_puts_until_memory_is_freed(server):
         # the rejected body was swallowed: the connection is in sync
         assert c.cmd(b"list-tube-used") == b"USING default"
         # everything but put keeps working at the cap
-        with Client(server.port) as w:
+        with Client(fastbean_server.port) as w:
             jid, got = w.job(b"reserve-with-timeout 0")
             assert jid == ids[0] and got == body
             w.cmd(b"delete %d" % jid, b"DELETED")
@@ -56,12 +41,12 @@ def test_memory_cap_refuses_puts_until_memory_is_freed(server):
         for i in ids[1:]:
             c.cmd(b"delete %d" % i, b"DELETED")
         assert c.yaml(b"fastbean-stats")["memory-used"] < 20000
-    assert b"memory cap 1048576 bytes" in server.log
+    assert b"memory cap 1048576 bytes" in fastbean_server.log
 
 
-def test_slow_reader_cannot_make_the_server_buffer_without_bound(server):
-    base = rss(server.pid)
-    slow = socket.create_connection(("127.0.0.1", server.port))
+def test_slow_reader_cannot_make_the_server_buffer_without_bound(fastbean_server):
+    base = fastbean_server.rss()
+    slow = socket.create_connection(("127.0.0.1", fastbean_server.port))
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     slow.setblocking(False)
     sent = 0
@@ -74,13 +59,13 @@ def test_slow_reader_cannot_make_the_server_buffer_without_bound(server):
             time.sleep(0.01)
     # Whatever the kernel's buffers took, the server itself holds little:
     # the replies to 40 MB of stats commands would be 5 GB.
-    assert rss(server.pid) - base < 64 << 20
-    with Client(server.port) as c:            # others don't notice
+    assert fastbean_server.rss() - base < 64 << 20
+    with Client(fastbean_server.port) as c:            # others don't notice
         assert c.put(b"still here") >= 1
         assert c.stats()["current-connections"] == 2
     slow.close()
     deadline = time.monotonic() + 5
-    with Client(server.port) as c:
+    with Client(fastbean_server.port) as c:
         while c.stats()["current-connections"] != 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -88,17 +73,17 @@ def test_slow_reader_cannot_make_the_server_buffer_without_bound(server):
 
 @pytest.mark.skipif(bool(os.environ.get("FASTBEAN_SANITIZED")),
                     reason="under ASan (make asan) memory comes from ASan's allocator, which malloc_trim does not touch")
-@pytest.mark.parametrize("server", [("-z", "65536",)], indirect=True)
-def test_memory_of_a_drained_backlog_goes_back(server):
+@pytest.mark.parametrize("fastbean_server", [("-z", "65536",)], indirect=True)
+def test_memory_of_a_drained_backlog_goes_back(fastbean_server):
     # Big bodies live in malloc's heap, not pymalloc's arenas. A few jobs that
     # stay, put between them, pin the heap so that it cannot just shrink from
     # the top: the server must hand the drained space back itself, even with
     # no timer pending.
-    base = rss(server.pid)
+    base = fastbean_server.rss()
     body = b"b" * 60000
     keep = b"put 0 0 60 1000\r\n%s\r\n" % (b"k" * 1000)
     rounds = 20
-    with Client(server.port) as c:
+    with Client(fastbean_server.port) as c:
         for r in range(rounds):                  # 20 x 100 big jobs: ~120 MB
             c.send(b"use default\r\n" + b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) * 100
                    + b"use keep\r\n" + keep)
@@ -107,7 +92,7 @@ def test_memory_of_a_drained_backlog_goes_back(server):
                 assert c.line().startswith(b"INSERTED")
             assert c.line() == b"USING keep"
             assert c.line().startswith(b"INSERTED")
-        full = rss(server.pid)
+        full = fastbean_server.rss()
         assert full - base > 100 << 20
         for i in range(rounds * 100):
             jid, got = c.job(b"reserve-with-timeout 0")
@@ -115,22 +100,22 @@ def test_memory_of_a_drained_backlog_goes_back(server):
             c.cmd(b"delete %d" % jid, b"DELETED")
         assert c.yaml(b"stats-tube keep")["current-jobs-ready"] == rounds
         deadline = time.monotonic() + 5
-        while rss(server.pid) - base > 30 << 20:
-            assert time.monotonic() < deadline, (base, full, rss(server.pid))
+        while fastbean_server.rss() - base > 30 << 20:
+            assert time.monotonic() < deadline, (base, full, fastbean_server.rss())
             time.sleep(0.05)
 
 
-def test_clients_vanishing_mid_body_leak_nothing(server):
+def test_clients_vanishing_mid_body_leak_nothing(fastbean_server):
     for n in range(300):
-        k = socket.create_connection(("127.0.0.1", server.port))
+        k = socket.create_connection(("127.0.0.1", fastbean_server.port))
         k.sendall(b"put 0 0 10 1000\r\n" + b"y" * (n % 1000))
         k.close()
     for n in range(100):
         # vanish mid-reply: a pipeline of puts, reserves and stats, then gone
-        k = socket.create_connection(("127.0.0.1", server.port))
+        k = socket.create_connection(("127.0.0.1", fastbean_server.port))
         k.sendall(b"put 0 0 10 5\r\nhello\r\nreserve\r\nstats\r\n" * 20)
         k.close()
-    with Client(server.port) as c:
+    with Client(fastbean_server.port) as c:
         deadline = time.monotonic() + 10
         while c.stats()["current-connections"] != 1:
             assert time.monotonic() < deadline
@@ -146,22 +131,22 @@ def test_clients_vanishing_mid_body_leak_nothing(server):
         per_job = c.yaml(b"fastbean-stats")["memory-used"] - used
         assert used == jobs * per_job
         c.cmd(b"delete %d" % jid, b"DELETED")
-    assert server.proc.poll() is None
+    assert fastbean_server.proc.poll() is None
 
 
-@pytest.mark.parametrize("server", [("--max-connections", "5")], indirect=True)
-def test_connection_limit(server):
-    held = [Client(server.port) for _ in range(5)]
+@pytest.mark.parametrize("fastbean_server", [("--max-connections", "5")], indirect=True)
+def test_connection_limit(fastbean_server):
+    held = [Client(fastbean_server.port) for _ in range(5)]
     for c in held:
         assert c.cmd(b"list-tube-used") == b"USING default"
-    extra = socket.create_connection(("127.0.0.1", server.port))
+    extra = socket.create_connection(("127.0.0.1", fastbean_server.port))
     extra.settimeout(5)
     assert extra.recv(10) == b""             # closed at once
     extra.close()
     held.pop().close()
     deadline = time.monotonic() + 5
     while True:
-        c = Client(server.port)
+        c = Client(fastbean_server.port)
         try:
             if c.cmd(b"list-tube-used") == b"USING default":
                 break
@@ -173,17 +158,17 @@ def test_connection_limit(server):
     c.close()
     for c in held:
         c.close()
-    assert b"connection limit (5) reached" in server.log
+    assert b"connection limit (5) reached" in fastbean_server.log
 
 
-def test_many_idle_connections_and_tubes(server):
+def test_many_idle_connections_and_tubes(fastbean_server):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, 4096)
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     n = min(2000, want - 100)
-    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(n)]
-    with Client(server.port) as c:
+    idle = [socket.create_connection(("127.0.0.1", fastbean_server.port)) for _ in range(n)]
+    with Client(fastbean_server.port) as c:
         for t in range(2000):
             c.send(b"use t%d\r\nput 0 3600 60 1\r\nx\r\n" % t)
         for t in range(2000):
@@ -200,23 +185,23 @@ def test_many_idle_connections_and_tubes(server):
         k.close()
 
 
-def test_pipelined_flood_is_answered_in_order(server):
-    with Client(server.port) as c:
+def test_pipelined_flood_is_answered_in_order(fastbean_server):
+    with Client(fastbean_server.port) as c:
         n = 100000
         c.send(b"".join(b"put 0 0 60 2\r\n%02d\r\n" % (i % 100) for i in range(n)))
         for i in range(n):
             assert c.line() == b"INSERTED %d" % (i + 1)
-        with Client(server.port) as other:
+        with Client(fastbean_server.port) as other:
             assert other.cmd(b"list-tube-used") == b"USING default"
         c.send(b"kick 100\r\n" + b"delete %d\r\n" % n)
         assert c.line() == b"KICKED 0"
         assert c.line() == b"DELETED"
 
 
-def test_random_bytes_and_huge_sizes_get_protocol_answers(server):
+def test_random_bytes_and_huge_sizes_get_protocol_answers(fastbean_server):
     import random
     rnd = random.Random(1234)
-    junk = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(5)]
+    junk = [socket.create_connection(("127.0.0.1", fastbean_server.port)) for _ in range(5)]
     for k in junk:
         k.settimeout(0.5)
     for i in range(300):
@@ -230,15 +215,15 @@ def test_random_bytes_and_huge_sizes_get_protocol_answers(server):
             pass
     for k in junk:
         k.close()
-    with Client(server.port) as c:
+    with Client(fastbean_server.port) as c:
         # a declared size far beyond -z: JOB_TOO_BIG once the bytes are swallowed
         c.send(b"put 0 0 10 70000\r\n" + b"z" * 70002)
         assert c.line() == b"JOB_TOO_BIG"
         c.send(b"put 0 0 10 4294967295\r\n")
         c.send(b"y" * 100000)          # swallowing goes on, nothing is allocated for it
-    with Client(server.port) as c:
+    with Client(fastbean_server.port) as c:
         assert c.yaml(b"fastbean-stats")["memory-used"] == 0
-    with Client(server.port) as c:
+    with Client(fastbean_server.port) as c:
         assert c.cmd(b"x" * 500) == b"BAD_FORMAT"
         assert c.cmd(b"\0") == b"BAD_FORMAT"
         j = c.put(b"fine")
@@ -249,4 +234,4 @@ def test_random_bytes_and_huge_sizes_get_protocol_answers(server):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert c.yaml(b"fastbean-stats")["memory-used"] == 0
-    assert server.proc.poll() is None
+    assert fastbean_server.proc.poll() is None

@@ -6,23 +6,9 @@ import time
 
 import pytest
 
-from servers import Client, Server
+from tests.servers import Client
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(params=["fastbean", "beanstalkd"])
-def server(request):
-    s = Server.start(request.param)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def fastbean():
-    s = Server.start("fastbean")
-    yield s
-    s.stop()
 
 
 def wait_until(pred, timeout=5.0):
@@ -153,14 +139,14 @@ def test_half_close_times_out_a_blocked_reserve(server):
     s.close()
 
 
-def test_ttr_expiry_is_never_lost(fastbean):
+def test_ttr_expiry_is_never_lost(fastbean_server):
     # beanstalkd 1.12 sometimes misses a TTR expiry when its timer fires
     # exactly at the deadline while another client keeps it busy (reference
     # notes §3.9); fastbean must not.
     stop = threading.Event()
 
     def poll():
-        with Client(fastbean.port) as p:
+        with Client(fastbean_server.port) as p:
             while not stop.is_set():
                 p.stats()
                 time.sleep(0.1)
@@ -168,7 +154,7 @@ def test_ttr_expiry_is_never_lost(fastbean):
     poller = threading.Thread(target=poll)
     poller.start()
     try:
-        with Client(fastbean.port) as c, Client(fastbean.port) as w:
+        with Client(fastbean_server.port) as c, Client(fastbean_server.port) as w:
             j = c.put(b"x", ttr=1)
             for round in range(5):
                 assert w.job(b"reserve-job %d" % j) == (j, b"x")
