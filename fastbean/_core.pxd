@@ -13,7 +13,8 @@
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from cpython.object cimport PyObject
 
-from fastbean._parser cimport Parser, Cmd
+from fastbean._parser cimport Parser
+from fastbean._wire cimport Cmd, Text
 
 
 cdef enum JobState:
@@ -336,8 +337,9 @@ cdef class Conn:
 
     cdef int out(self, const char *s, Py_ssize_t n) except -1
     cdef int out_str(self, bytes s) except -1
-    cdef int out_u64(self, const char *word, Py_ssize_t wn, uint64_t v) except -1
-    cdef int out_job(self, const char *word, Py_ssize_t wn, Job *j) except -1
+    cdef int out_text(self, Text t) except -1
+    cdef int out_u64(self, Text word, uint64_t v) except -1
+    cdef int out_job(self, Text word, Job *j) except -1
     cdef int out_yaml(self, bytes doc) except -1
     cdef int out_err(self, int err) except -1
     cdef int flush(self) except -1

@@ -15,8 +15,14 @@ from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 
-from fastbean._parser cimport (
-    Parser, Cmd, OP_NONE, OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
+from fastbean._parser cimport Parser
+from fastbean._wire cimport (
+    Cmd, NAME_MAX, name_ok, Text, err_text,
+    MSG_BAD_FORMAT, MSG_DRAINING, MSG_OUT_OF_MEMORY, MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND,
+    MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
+    MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
+    MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING,
+    OP_NONE, OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
     OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
     OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
@@ -132,19 +138,6 @@ cdef void _timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
 
 # -- replies -------------------------------------------------------------------
 
-cdef const char *_err_text(int err) noexcept:
-    if err == ERR_BAD_FORMAT:
-        return b"BAD_FORMAT\r\n"
-    if err == ERR_EXPECTED_CRLF:
-        return b"EXPECTED_CRLF\r\n"
-    if err == ERR_JOB_TOO_BIG:
-        return b"JOB_TOO_BIG\r\n"
-    if err == ERR_OUT_OF_MEMORY:
-        return b"OUT_OF_MEMORY\r\n"
-    if err == ERR_DRAINING:
-        return b"DRAINING\r\n"
-    return b"INTERNAL_ERROR\r\n"
-
 STATE_NAMES = {JOB_READY: b"ready", JOB_RESERVED: b"reserved", JOB_BURIED: b"buried",
                JOB_DELAYED: b"delayed", JOB_INVALID: b"invalid"}
 
@@ -154,12 +147,6 @@ CMD_KEYS = [b"cmd-put", b"cmd-peek", b"cmd-peek-ready", b"cmd-peek-delayed",
             b"cmd-release", b"cmd-use", b"cmd-watch", b"cmd-ignore", b"cmd-bury", b"cmd-kick",
             b"cmd-touch", b"cmd-stats", b"cmd-stats-job", b"cmd-stats-tube", b"cmd-list-tubes",
             b"cmd-list-tube-used", b"cmd-list-tubes-watched", b"cmd-pause-tube"]
-
-
-cdef inline bint _name_byte(char c) noexcept:
-    return ((c'a' <= c <= c'z') or (c'A' <= c <= c'Z') or (c'0' <= c <= c'9')
-            or c == c'-' or c == c'+' or c == c'/' or c == c';' or c == c'.'
-            or c == c'$' or c == c'_' or c == c'(' or c == c')')
 
 
 cdef inline bytes _sec(int64_t ns):
@@ -611,7 +598,7 @@ cdef class Core:
             if now == 0:
                 now = mono_ns()
             self.job_reserve(c, j, now)
-            c.out_job(b"RESERVED", 8, j)
+            c.out_job(MSG_RESERVED, j)
             self._touched(c)
         return 0
 
@@ -728,11 +715,11 @@ cdef class Core:
                 continue
             if self._deadline_soon(c, now):
                 self.waiting_remove(c)
-                c.out(b"DEADLINE_SOON\r\n", 15)
+                c.out_text(MSG_DEADLINE_SOON)
                 self._touched(c)
             elif c.timeout_at >= 0 and now >= c.timeout_at:
                 self.waiting_remove(c)
-                c.out(b"TIMED_OUT\r\n", 11)
+                c.out_text(MSG_TIMED_OUT)
                 self._touched(c)
             else:
                 self.conn_retime(c, now)
@@ -936,7 +923,7 @@ cdef class Core:
                 return 0
             if cmd.garbage:
                 c.parser.no_body()
-                return c.out(b"BAD_FORMAT\r\n", 12)
+                return c.out_text(MSG_BAD_FORMAT)
             if not c.producer:
                 c.producer = True
                 self.producer_ct += 1
@@ -965,14 +952,14 @@ cdef class Core:
                 self.mem_used -= cost
                 if cmd.body != NULL:
                     Py_DECREF(<object>cmd.body)
-                return c.out(b"DRAINING\r\n", 10) if cmd.err == ERR_NONE else c.out_err(cmd.err)
+                return c.out_text(MSG_DRAINING) if cmd.err == ERR_NONE else c.out_err(cmd.err)
             body = <object>cmd.body
             Py_DECREF(body)             # <object> took its own reference
             if self.wal_on and not self.wal_room(
                     4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(body),
                     WAL_SHORT):
                 self.mem_used -= cost         # no room on disk: the id stays burned
-                return c.out(b"OUT_OF_MEMORY\r\n", 15)
+                return c.out_text(MSG_OUT_OF_MEMORY)
             j = self.job_new(c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
                              <int64_t>c.put_ttr * SEC, c.use, body)
             self.total_jobs += 1
@@ -986,7 +973,7 @@ cdef class Core:
                 self.wal_resv += WAL_SHORT
             if not c.put_delay:
                 self.job_make_ready(j)
-            return c.out_u64(b"INSERTED", 8, j.id)
+            return c.out_u64(MSG_INSERTED, j.id)
 
         if op == OP_SKIPPED:
             return c.out_err(cmd.err)
@@ -997,7 +984,7 @@ cdef class Core:
                 self.worker_ct += 1
             now = mono_ns()
             if self._deadline_soon(c, now) and not self._conn_ready(c):
-                return c.out(b"DEADLINE_SOON\r\n", 15)
+                return c.out_text(MSG_DEADLINE_SOON)
             c.timeout_at = now + <int64_t>cmd.timeout * SEC if cmd.timeout >= 0 else -1
             self.waiting_add(c)
             self.process_queue()
@@ -1006,8 +993,8 @@ cdef class Core:
                     # beanstalkd answers these on its next loop pass
                     self.waiting_remove(c)
                     if self._deadline_soon(c, now):
-                        return c.out(b"DEADLINE_SOON\r\n", 15)
-                    return c.out(b"TIMED_OUT\r\n", 11)
+                        return c.out_text(MSG_DEADLINE_SOON)
+                    return c.out_text(MSG_TIMED_OUT)
                 self.conn_retime(c, now)
             return 0
 
@@ -1015,7 +1002,7 @@ cdef class Core:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state == JOB_INVALID or (
                     j.state == JOB_RESERVED and j.owner != <PyObject *>c):
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             self.job_unlink(j)
             j.tube.cmd_delete += 1
             if self.wal_on and j.wal_file:
@@ -1024,14 +1011,14 @@ cdef class Core:
                 self.wal_resv -= WAL_SHORT
                 self.wal_disown(j)
             self.job_free(j)
-            return c.out(b"DELETED\r\n", 9)
+            return c.out_text(MSG_DELETED)
 
         if op == OP_RELEASE:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             if cmd.delay and self.wal_on and not self.wal_room(WAL_SHORT, 0):
-                return c.out(b"OUT_OF_MEMORY\r\n", 15)
+                return c.out_text(MSG_OUT_OF_MEMORY)
             self.job_unlink(j)
             j.pri = cmd.pri
             j.delay_ns = <int64_t>cmd.delay * SEC
@@ -1042,35 +1029,35 @@ cdef class Core:
                     self.wal_record(j, False)
             else:
                 self.job_make_ready(j)
-            return c.out(b"RELEASED\r\n", 10)
+            return c.out_text(MSG_RELEASED)
 
         if op == OP_BURY:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             if self.wal_on and not self.wal_room(WAL_SHORT, 0):
-                return c.out(b"INTERNAL_ERROR\r\n", 16)
+                return c.out_text(MSG_INTERNAL_ERROR)
             self.job_unlink(j)
             j.pri = cmd.pri
             self.job_bury(j)
             if self.wal_on:
                 self.wal_record(j, False)
-            return c.out(b"BURIED\r\n", 8)
+            return c.out_text(MSG_BURIED)
 
         if op == OP_TOUCH:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state != JOB_RESERVED or j.owner != <PyObject *>c:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             j.deadline = mono_ns() + j.ttr_ns
             heap_fix(&self.ttr_heap, j.heap_index)
             c.soonest = NULL
-            return c.out(b"TOUCHED\r\n", 9)
+            return c.out_text(MSG_TOUCHED)
 
         if op == OP_PEEK:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL:
-                return c.out(b"NOT_FOUND\r\n", 11)
-            return c.out_job(b"FOUND", 5, j)
+                return c.out_text(MSG_NOT_FOUND)
+            return c.out_job(MSG_FOUND, j)
 
         if op == OP_PEEK_READY or op == OP_PEEK_DELAYED or op == OP_PEEK_BURIED:
             t = c.use
@@ -1082,19 +1069,19 @@ cdef class Core:
             elif op == OP_PEEK_BURIED:
                 j = t.buried_head
             if j == NULL:
-                return c.out(b"NOT_FOUND\r\n", 11)
-            return c.out_job(b"FOUND", 5, j)
+                return c.out_text(MSG_NOT_FOUND)
+            return c.out_job(MSG_FOUND, j)
 
         if op == OP_RESERVE_JOB:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or j.state == JOB_RESERVED or j.state == JOB_INVALID:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             self.job_unlink(j)
             if not c.worker:
                 c.worker = True
                 self.worker_ct += 1
             self.job_reserve(c, j, mono_ns())
-            return c.out_job(b"RESERVED", 8, j)
+            return c.out_job(MSG_RESERVED, j)
 
         if op == OP_KICK:
             return self._kick(c, cmd.bound)
@@ -1102,10 +1089,10 @@ cdef class Core:
         if op == OP_KICK_JOB:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL or (j.state != JOB_BURIED and j.state != JOB_DELAYED):
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             if not self._kick_one(j):
-                return c.out(b"NOT_FOUND\r\n", 11)
-            return c.out(b"KICKED\r\n", 8)
+                return c.out_text(MSG_NOT_FOUND)
+            return c.out_text(MSG_KICKED)
 
         if op == OP_USE:
             t = self.tube_get(cmd.name, cmd.name_len, True)
@@ -1114,9 +1101,9 @@ cdef class Core:
             self.tube_decref(c.use)
             c.use = t
             t.using_ct += 1
-            c.out(b"USING ", 6)
+            c.out_text(MSG_USING)
             c.out_str(<bytes>t.name)
-            return c.out(b"\r\n", 2)
+            return c.out_text(MSG_CRLF)
 
         if op == OP_WATCH:
             t = self.tube_get(cmd.name, cmd.name_len, True)
@@ -1125,54 +1112,54 @@ cdef class Core:
                     break
             else:
                 c.add_watch(t)
-            return c.out_u64(b"WATCHING", 8, c.nwatch)
+            return c.out_u64(MSG_WATCHING, c.nwatch)
 
         if op == OP_IGNORE:
             t = self.tube_get(cmd.name, cmd.name_len, False)
             for i in range(c.nwatch):
                 if t != NULL and c.watch[i].tube == t:
                     if c.nwatch < 2:
-                        return c.out(b"NOT_IGNORED\r\n", 13)
+                        return c.out_text(MSG_NOT_IGNORED)
                     c.nwatch -= 1
                     c.watch[i] = c.watch[c.nwatch]
                     t.watching_ct -= 1
                     self.tube_decref(t)
                     break
-            return c.out_u64(b"WATCHING", 8, c.nwatch)
+            return c.out_u64(MSG_WATCHING, c.nwatch)
 
         if op == OP_PAUSE_TUBE:
             if cmd.err != ERR_NONE:
                 return c.out_err(cmd.err)
             t = self.tube_get(cmd.name, cmd.name_len, False)
             if t == NULL:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             # A pause of 0 is 1 ns, so waiters are still woken by the timer.
             t.pause_ns = <int64_t>cmd.delay * SEC if cmd.delay else 1
             t.unpause_at = mono_ns() + t.pause_ns
             t.cmd_pause += 1
             self.tube_update(t)
             self.tube_retime(t)
-            return c.out(b"PAUSED\r\n", 8)
+            return c.out_text(MSG_PAUSED)
 
         if op == OP_STATS:
             return c.out_yaml(self._stats_yaml())
         if op == OP_STATS_JOB:
             j = table_find(&self.jobs, cmd.id)
             if j == NULL:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             return c.out_yaml(self._job_yaml(j))
         if op == OP_STATS_TUBE:
             t = self.tube_get(cmd.name, cmd.name_len, False)
             if t == NULL:
-                return c.out(b"NOT_FOUND\r\n", 11)
+                return c.out_text(MSG_NOT_FOUND)
             return c.out_yaml(self._tube_yaml(t))
         if op == OP_LIST_TUBES:
             return c.out_yaml(b"---\n" + b"".join(
                 [b"- " + <bytes>self.tubes[i].name + b"\n" for i in range(self.ntubes)]))
         if op == OP_LIST_TUBE_USED:
-            c.out(b"USING ", 6)
+            c.out_text(MSG_USING)
             c.out_str(<bytes>c.use.name)
-            return c.out(b"\r\n", 2)
+            return c.out_text(MSG_CRLF)
         if op == OP_LIST_TUBES_WATCHED:
             return c.out_yaml(b"---\n" + b"".join(
                 [b"- " + <bytes>c.watch[i].tube.name + b"\n" for i in range(c.nwatch)]))
@@ -1182,8 +1169,8 @@ cdef class Core:
         if op == OP_EXT:
             return c.out_yaml(self._ext_yaml())
         if op == OP_BAD_FORMAT:
-            return c.out(b"BAD_FORMAT\r\n", 12)
-        return c.out(b"UNKNOWN_COMMAND\r\n", 17)
+            return c.out_text(MSG_BAD_FORMAT)
+        return c.out_text(MSG_UNKNOWN_COMMAND)
 
     cdef int _kick_one(self, Job *j) except -1:
         # 1 if kicked; 0 if the binlog had no room, and the job stays put.
@@ -1229,7 +1216,7 @@ cdef class Core:
                 c.later_cb()
             return 0
         c.kicking = False
-        return c.out_u64(b"KICKED", 6, c.kick_done)
+        return c.out_u64(MSG_KICKED_N, c.kick_done)
 
     # -- YAML --------------------------------------------------------------------
 
@@ -1609,7 +1596,7 @@ cdef class Core:
         signed = -1             # unknown until the first record: 1 = written by fastbean
         while pos + 4 <= n:
             memcpy(&namelen, p + pos, 4)
-            if namelen < 0 or namelen > WAL_NAME_MAX:
+            if namelen < 0 or namelen > NAME_MAX:
                 reason = "bad name length %d" % namelen
                 break
             size = 4 + namelen + sizeof(Jobrec)
@@ -1638,12 +1625,7 @@ cdef class Core:
                 if body[rec.body_size - 2] != c'\r' or body[rec.body_size - 1] != c'\n':
                     reason = "corrupt job body"
                     break
-                for k in range(namelen):
-                    if not _name_byte(name[k]):
-                        break
-                else:
-                    k = namelen
-                if k != namelen or name[0] == c'-':
+                if not name_ok(name, namelen):
                     reason = "bad tube name"
                     break
             r = self._replay_one(&rec, name, namelen, body)
@@ -1781,26 +1763,25 @@ cdef class Conn:
     cdef int out_str(self, bytes s) except -1:
         return self.out(PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
 
-    cdef int out_err(self, int err) except -1:
-        cdef const char *s = _err_text(err)
-        cdef Py_ssize_t n = 0
-        while s[n]:
-            n += 1
-        return self.out(s, n)
+    cdef int out_text(self, Text t) except -1:
+        return self.out(t.s, t.n)
 
-    cdef int out_u64(self, const char *word, Py_ssize_t wn, uint64_t v) except -1:
+    cdef int out_err(self, int err) except -1:
+        return self.out_text(err_text(err))
+
+    cdef int out_u64(self, Text word, uint64_t v) except -1:
         cdef char num[32]
         cdef int n = snprintf(num, sizeof(num), " %llu\r\n", <unsigned long long>v)
-        self.out(word, wn)
+        self.out(word.s, word.n)
         return self.out(num, n)
 
-    cdef int out_job(self, const char *word, Py_ssize_t wn, Job *j) except -1:
+    cdef int out_job(self, Text word, Job *j) except -1:
         # "<word> <id> <bytes>\r\n" then the stored body, which ends in CRLF.
         cdef char num[64]
         cdef object body = <object>j.body
         cdef int n = snprintf(num, sizeof(num), " %llu %lld\r\n", <unsigned long long>j.id,
                               <long long>(PyBytes_GET_SIZE(body) - 2))
-        self.out(word, wn)
+        self.out(word.s, word.n)
         self.out(num, n)
         self.chunks.append(PyBytes_FromStringAndSize(self.obuf, self.olen))
         self.olen = 0
@@ -1812,7 +1793,7 @@ cdef class Conn:
         cdef int n = snprintf(num, sizeof(num), "OK %lld\r\n", <long long>PyBytes_GET_SIZE(doc))
         self.out(num, n)
         self.out_str(doc)
-        return self.out(b"\r\n", 2)
+        return self.out_text(MSG_CRLF)
 
     cdef int flush(self) except -1:
         if self.lost:
@@ -1945,7 +1926,7 @@ cdef class Conn:
         if self.waiting:
             # beanstalkd answers a blocked reserve with TIMED_OUT on hang-up
             core.waiting_remove(self)
-            self.out(b"TIMED_OUT\r\n", 11)
+            self.out_text(MSG_TIMED_OUT)
         core.run(self)
         if core.dirty:
             core.flush_dirty()

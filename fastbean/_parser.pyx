@@ -7,26 +7,22 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStri
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF
 
+from fastbean._wire cimport (
+    Cmd, LINE_MAX, name_byte, name_ok,
+    OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED, OP_RESERVE,
+    OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE, OP_BURY, OP_KICK,
+    OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES, OP_LIST_TUBE_USED,
+    OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
+    OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT,
+    ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
+)
+
 cdef enum:
     S_LINE = 0        # reading command lines
     S_DECIDE = 1      # a put header was returned; waiting for accept_body/reject_body
     S_BODY = 2        # filling a put body
     S_DISCARD = 3     # swallowing a rejected body
     S_QUIT = 4        # after quit: nothing more is read
-
-# Which bytes may appear in a tube name (protocol.txt "Names").
-cdef bint NAME_CHAR[256]
-
-
-cdef void _init_tables() noexcept:
-    cdef int i
-    for i in range(256):
-        NAME_CHAR[i] = 0
-    for i in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()":
-        NAME_CHAR[i] = 1
-
-_init_tables()
-
 
 cdef inline bint _is_space(char c) noexcept:
     # C isspace() in the "C" locale, as strtol/strtoul skip.
@@ -99,22 +95,12 @@ cdef int _c_strtoul(const char *p, const char *end, uint64_t *out, bint *neg) no
     return 0
 
 
-cdef bint _name_ok(const char *p, Py_ssize_t n) noexcept:
-    cdef Py_ssize_t i
-    if n < 1 or n > NAME_MAX or p[0] == c'-':
-        return False
-    for i in range(n):
-        if not NAME_CHAR[<unsigned char>p[i]]:
-            return False
-    return True
-
-
 cdef inline bint _is(const char *s, Py_ssize_t n, const char *word, Py_ssize_t wn) noexcept:
     return n >= wn and memcmp(s, word, wn) == 0
 
 
 cdef void _set_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
-    if _name_ok(p, end - p):
+    if name_ok(p, end - p):
         cmd.op = op
         cmd.name = p
         cmd.name_len = end - p
@@ -169,14 +155,14 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             while p < end and p[0] == c' ':
                 p += 1
             cmd.name = p
-            while p < end and NAME_CHAR[<unsigned char>p[0]]:
+            while p < end and name_byte(p[0]):
                 p += 1
             cmd.name_len = p - cmd.name
             if cmd.name_len == 0 or not _last_u32(p, end, &cmd.delay):
                 cmd.op = OP_BAD_FORMAT
             else:
                 cmd.op = OP_PAUSE_TUBE
-                if not _name_ok(cmd.name, cmd.name_len):
+                if not name_ok(cmd.name, cmd.name_len):
                     cmd.err = ERR_BAD_FORMAT
     elif c == c'r':
         if _is(s, n, b"reserve-with-timeout ", 21):

@@ -12,7 +12,6 @@ cdef enum:
     WAL_VERSION = 7
     WAL_SHORT = 84            # int32 0 + Jobrec
     WAL_HEADER = 4            # int32 version
-    WAL_NAME_MAX = 200
 
 
 cdef inline Py_ssize_t wal_full_size(Job *j) noexcept:

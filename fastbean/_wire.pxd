@@ -1,0 +1,147 @@
+# The beanstalk protocol as the compiled modules see it: opcodes, the
+# parsed command, line and name limits, the tube-name rule, and every fixed
+# reply text. The parser (_parser.pyx) fills Cmd structs; the engine
+# (_core.pyx) runs them and answers with the texts below. Header only.
+
+from libc.stdint cimport uint32_t, uint64_t, int32_t
+from cpython.object cimport PyObject
+
+cdef enum:
+    LINE_MAX = 224          # bytes, CRLF included (11 + 201 + 12: the longest pause-tube)
+    NAME_MAX = 200          # bytes of a tube name
+
+# Opcodes. The order of the command ops is the order of beanstalkd's stats
+# counters, so cmd_ct[op] can be printed by walking a range.
+cdef enum Op:
+    OP_NONE = 0
+    OP_PUT = 1
+    OP_PEEK = 2               # peek <id>
+    OP_PEEK_READY = 3
+    OP_PEEK_DELAYED = 4
+    OP_PEEK_BURIED = 5
+    OP_RESERVE = 6
+    OP_RESERVE_TIMEOUT = 7
+    OP_DELETE = 8
+    OP_RELEASE = 9
+    OP_USE = 10
+    OP_WATCH = 11
+    OP_IGNORE = 12
+    OP_BURY = 13
+    OP_KICK = 14
+    OP_TOUCH = 15
+    OP_STATS = 16
+    OP_STATS_JOB = 17
+    OP_STATS_TUBE = 18
+    OP_LIST_TUBES = 19
+    OP_LIST_TUBE_USED = 20
+    OP_LIST_TUBES_WATCHED = 21
+    OP_PAUSE_TUBE = 22
+    # commands with no stats counter
+    OP_RESERVE_JOB = 23
+    OP_KICK_JOB = 24
+    OP_QUIT = 25
+    # parser events
+    OP_PUT_BODY = 26          # a put body is complete (cmd.body) or lacked its CRLF (cmd.err)
+    OP_SKIPPED = 27           # a rejected body was swallowed; reply cmd.err now
+    OP_UNKNOWN = 28           # UNKNOWN_COMMAND
+    OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
+    OP_EXT = 30               # fastbean-stats, fastbean's own command
+
+# Errors attached to a recognised command (the command's counter still moves).
+cdef enum Err:
+    ERR_NONE = 0
+    ERR_BAD_FORMAT = 1
+    ERR_EXPECTED_CRLF = 2
+    ERR_JOB_TOO_BIG = 3
+    ERR_OUT_OF_MEMORY = 4
+    ERR_DRAINING = 5
+
+ctypedef struct Cmd:
+    int op
+    int err
+    uint64_t id               # job id (peek, delete, release, bury, touch, kick-job, ...)
+    uint32_t pri
+    uint32_t delay            # seconds (put, release, pause-tube)
+    uint32_t ttr              # seconds
+    uint32_t nbytes           # declared body size of a put
+    int32_t timeout           # reserve-with-timeout, as 1.12's signed int; <0 waits forever
+    uint32_t bound            # kick
+    bint garbage              # put: bytes after the size field
+    const char *name          # tube name, borrowed until the next Parser call
+    Py_ssize_t name_len
+    PyObject *body            # OP_PUT_BODY: a new reference the caller must take or drop
+
+
+# Tube names (protocol.txt "Names"): 1 to NAME_MAX of these bytes, not
+# starting with '-'. The parser checks names on the wire, replay in binlog files.
+cdef inline bint name_byte(char c) noexcept nogil:
+    return ((c'a' <= c <= c'z') or (c'A' <= c <= c'Z') or (c'0' <= c <= c'9')
+            or c == c'-' or c == c'+' or c == c'/' or c == c';' or c == c'.'
+            or c == c'$' or c == c'_' or c == c'(' or c == c')')
+
+
+cdef inline bint name_ok(const char *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    if n < 1 or n > NAME_MAX or p[0] == c'-':
+        return False
+    for i in range(n):
+        if not name_byte(p[i]):
+            return False
+    return True
+
+
+# Reply texts. Each is a Text: the bytes and their length, which the C
+# compiler counts (sizeof of the literal), so no length is written by hand.
+cdef extern from *:
+    """
+    typedef struct { const char *s; Py_ssize_t n; } fb_text;
+    #define FB_TEXT(lit) ((fb_text){(lit), (Py_ssize_t)(sizeof(lit) - 1)})
+    #define MSG_BAD_FORMAT      FB_TEXT("BAD_FORMAT\\r\\n")
+    #define MSG_EXPECTED_CRLF   FB_TEXT("EXPECTED_CRLF\\r\\n")
+    #define MSG_JOB_TOO_BIG     FB_TEXT("JOB_TOO_BIG\\r\\n")
+    #define MSG_OUT_OF_MEMORY   FB_TEXT("OUT_OF_MEMORY\\r\\n")
+    #define MSG_DRAINING        FB_TEXT("DRAINING\\r\\n")
+    #define MSG_INTERNAL_ERROR  FB_TEXT("INTERNAL_ERROR\\r\\n")
+    #define MSG_UNKNOWN_COMMAND FB_TEXT("UNKNOWN_COMMAND\\r\\n")
+    #define MSG_NOT_FOUND       FB_TEXT("NOT_FOUND\\r\\n")
+    #define MSG_DELETED         FB_TEXT("DELETED\\r\\n")
+    #define MSG_RELEASED        FB_TEXT("RELEASED\\r\\n")
+    #define MSG_BURIED          FB_TEXT("BURIED\\r\\n")
+    #define MSG_TOUCHED         FB_TEXT("TOUCHED\\r\\n")
+    #define MSG_KICKED          FB_TEXT("KICKED\\r\\n")
+    #define MSG_PAUSED          FB_TEXT("PAUSED\\r\\n")
+    #define MSG_NOT_IGNORED     FB_TEXT("NOT_IGNORED\\r\\n")
+    #define MSG_DEADLINE_SOON   FB_TEXT("DEADLINE_SOON\\r\\n")
+    #define MSG_TIMED_OUT       FB_TEXT("TIMED_OUT\\r\\n")
+    #define MSG_CRLF            FB_TEXT("\\r\\n")
+    /* the words before a number, a job or a name */
+    #define MSG_INSERTED        FB_TEXT("INSERTED")
+    #define MSG_WATCHING        FB_TEXT("WATCHING")
+    #define MSG_KICKED_N        FB_TEXT("KICKED")
+    #define MSG_RESERVED        FB_TEXT("RESERVED")
+    #define MSG_FOUND           FB_TEXT("FOUND")
+    #define MSG_USING           FB_TEXT("USING ")
+    """
+    ctypedef struct Text "fb_text":
+        const char *s
+        Py_ssize_t n
+    Text MSG_BAD_FORMAT, MSG_EXPECTED_CRLF, MSG_JOB_TOO_BIG, MSG_OUT_OF_MEMORY, MSG_DRAINING
+    Text MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND, MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED
+    Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
+    Text MSG_TIMED_OUT, MSG_CRLF
+    Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING
+
+
+cdef inline Text err_text(int err) noexcept nogil:
+    # the reply to a command that carries a parser or engine error
+    if err == ERR_BAD_FORMAT:
+        return MSG_BAD_FORMAT
+    if err == ERR_EXPECTED_CRLF:
+        return MSG_EXPECTED_CRLF
+    if err == ERR_JOB_TOO_BIG:
+        return MSG_JOB_TOO_BIG
+    if err == ERR_OUT_OF_MEMORY:
+        return MSG_OUT_OF_MEMORY
+    if err == ERR_DRAINING:
+        return MSG_DRAINING
+    return MSG_INTERNAL_ERROR
