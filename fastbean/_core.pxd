@@ -1,20 +1,38 @@
-# The queue engine: jobs, tubes, reservations, timers and counters.
+# The queue engine's structures: jobs, tubes, connections and the engine
+# itself. Read this first; every field says what it holds, in what unit, and
+# who owns it. The code lives in _core.pyx (the Python-facing API) and the
+# files it includes, one concern each:
 #
-# Sans-IO: it never touches a socket or a file. A connection hands it bytes
-# (Conn.feed), it runs every complete command in compiled code and writes the
-# replies through the transport callables the connection gave it. Binlog
-# records go into an in-memory buffer that the Python layer drains once per
-# loop turn (binlog.py).
+#   _vec.pxi     growable arrays and the intrusive job list
+#   _heap.pxi    binary min-heap with positions kept in the elements
+#   _table.pxi   id -> job table with incremental resizing
+#   _mem.pxi     memory accounting, and giving memory back after a backlog
+#   _job.pxi     job allocation and lookup
+#   _tube.pxi    tubes: the registry, references, timers, the eligible set
+#   _queue.pxi   job state moves, matching jobs with waiting connections, due timers
+#   _conn.pxi    a connection's output, watch list, waiting, TTR margin, release
+#   _cmds.pxi    one function per command, and dispatch
+#   _run.pxi     running a connection's buffered commands; fair turns; the end of each piece of work
+#   _stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
+#   _wal.pxi     binlog records: beanstalkd's format version 7, encoding and replay parsing
+#   _walg.pxi    binlog space, files, migration, replayed jobs, replies held until durable
+#   _check.pxi   the invariants debug builds check after every command
+#
+# Sans-IO: the engine never touches a socket or a file. A connection hands it
+# bytes (Conn.feed), it runs every complete command in compiled code and
+# writes the replies through the transport callables the connection gave it.
+# Binlog records go into an in-memory buffer that the Python layer (binlog.py)
+# takes once per loop turn.
 #
 # Time is CLOCK_MONOTONIC nanoseconds for every deadline ("mono ns"), and
 # CLOCK_REALTIME nanoseconds only where beanstalkd shows or stores wall time
 # (job creation, binlog deadlines).
 
+cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from cpython.object cimport PyObject
 
 from fastbean._parser cimport Parser
-from fastbean._wire cimport Cmd, Text
 
 
 cdef enum JobState:
@@ -39,6 +57,22 @@ ctypedef struct Heap:
 
 
 ctypedef struct Tube
+ctypedef struct Job
+
+# A job's place in a JobList. A job has two: one for the list its state puts
+# it in, one for the binlog file that holds its latest full record.
+cdef enum:
+    LINK_STATE = 0            # a tube's buried list, a connection's reserved list, replay order
+    LINK_WAL = 1              # its binlog file's jobs
+
+ctypedef struct Link:
+    Job *prev
+    Job *next
+
+# A doubly linked list threaded through the jobs themselves (Job.link[k]).
+ctypedef struct JobList:
+    Job *head
+    Job *tail
 
 ctypedef struct Job:
     uint64_t id
@@ -54,15 +88,12 @@ ctypedef struct Job:
     uint32_t release_ct
     uint32_t bury_ct
     uint32_t kick_ct
-    Job *prev                 # links in the tube's buried list or the owner's reserved list
-    Job *next
+    Link link[2]              # LINK_STATE, LINK_WAL
     Job *ht_next              # chain in the id table
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
     PyObject *body            # owned bytes: the body followed by CRLF
     int64_t wal_file          # binlog file holding the job's latest full record; 0 if none
-    Job *wal_prev             # links in that file's list of owned jobs
-    Job *wal_next
 
 
 # Id -> Job. Chained buckets with incremental resizing: while a resize is
@@ -115,7 +146,7 @@ ctypedef struct Jobrec:
 ctypedef struct WalFile:
     int64_t seq
     Py_ssize_t njobs
-    Job *head
+    JobList jobs              # through LINK_WAL
 
 
 # A waiting connection's place in core.conn_timers (embedded in Conn).
@@ -131,8 +162,7 @@ ctypedef struct Tube:
     Py_ssize_t list_index     # position in core.tubes (list-tubes order)
     Heap ready                # jobs by (pri, id)
     Heap delay                # jobs by (deadline, id)
-    Job *buried_head          # oldest buried first
-    Job *buried_tail
+    JobList buried            # oldest first, through LINK_STATE
     Py_ssize_t buried_ct
     Py_ssize_t reserved_ct
     Py_ssize_t urgent_ct      # ready jobs with pri < 1024
@@ -152,6 +182,7 @@ ctypedef struct Tube:
     Py_ssize_t elig_index     # in core.eligible, or -1
 
 
+@cython.final
 cdef class Core:
     cdef JobTable jobs
     cdef uint64_t next_id
@@ -172,7 +203,7 @@ cdef class Core:
     cdef Tube **eligible
     cdef Py_ssize_t neligible, capeligible
 
-    # Connections with output produced outside their own feed(), to flush.
+    # Connections with output produced outside their own run, to flush.
     cdef list dirty
 
     # Counters behind stats.
@@ -190,7 +221,7 @@ cdef class Core:
     cdef public Py_ssize_t mem_used        # bytes of jobs held now
     cdef Py_ssize_t mem_peak               # most job bytes held since the last malloc_trim
     cdef bint trim_due                     # a backlog drained: trim on the next tick
-    cdef public int batch_limit            # commands per connection per feed
+    cdef public int batch_limit            # commands per connection per run
 
     # Identity for stats.
     cdef int64_t started_mono
@@ -210,14 +241,13 @@ cdef class Core:
     cdef public object binlog         # rotate(need) -> capacity, schedule(), commit()
     cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
-    cdef int64_t wal_used             # bytes of it used (written or in wbuf)
+    cdef int64_t wal_used             # bytes of it used (written or in wba)
     cdef int64_t wal_resv             # bytes promised to live jobs' future delete records
     cdef int64_t wal_live             # bytes of the live jobs' latest full records
     cdef uint64_t wal_written, wal_migrated
     cdef WalFile *wfiles              # oldest first; the last is the current file
     cdef Py_ssize_t nwfiles, capwfiles
-    cdef Job *replay_head             # jobs read by replay, in order of first appearance
-    cdef Job *replay_tail
+    cdef JobList replayed             # jobs read by replay, in order of first appearance
     cdef uint64_t replay_max_id
 
     # Busy polling: busypoll.py keeps its state here (fastbean-stats shows it).
@@ -229,7 +259,7 @@ cdef class Core:
     cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
     cdef public bint polling          # a poller's look is queued: it ends the turn too
 
-    # Fair turns (run_turn): a read from a connection served in the last
+    # Fair turns (_run.pxi): a read from a connection served in the last
     # loop turn waits for the end of this one. turn_soon() asks the loop for
     # that call; without a loop (in-process tests) the caller makes it.
     cdef list turn                    # connections held back this turn
@@ -238,60 +268,24 @@ cdef class Core:
     cdef uint64_t served              # runs so far: each run stamps its connection
     cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began
 
-    # -- internals shared between the included files --
-    cdef Tube *tube_get(self, const char *name, Py_ssize_t n, bint create) except? NULL
-    cdef void tube_incref(self, Tube *t) noexcept
-    cdef void tube_decref(self, Tube *t)
-    cdef void tube_update(self, Tube *t) noexcept
-    cdef int tube_retime(self, Tube *t) except -1
 
-    cdef void mem_charge(self, Py_ssize_t n) noexcept
-    cdef Job *job_new(self, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
-                      Tube *t, object body) except NULL
-    cdef void job_free(self, Job *j)
-    cdef int job_make_ready(self, Job *j) except -1
-    cdef int job_make_delayed(self, Job *j, int64_t deadline) except -1
-    cdef int job_bury(self, Job *j) except -1
-    cdef int job_unlink(self, Job *j) except -1
-    cdef int job_reserve(self, Conn c, Job *j, int64_t now) except -1
+# A connection's lifecycle. Released = its reservations, watches and use are
+# undone (conn_release); it runs no more commands.
+cdef enum ConnState:
+    CONN_OPEN = 0             # reads and runs commands
+    CONN_EOF = 1              # the peer sent its last bytes: runs what is buffered, then quits
+    CONN_QUIT = 2             # quit or the end of its input: released when this run ends
+    CONN_CLOSING = 3          # released; the transport closes once its held replies are out
+    CONN_CLOSED = 4           # released; its transport is closed or closing
 
-    cdef int process_queue(self) except -1
-    cdef int waiting_add(self, Conn c) except -1
-    cdef void waiting_remove(self, Conn c) noexcept
-    cdef int conn_retime(self, Conn c, int64_t now) except -1
-    cdef Job *conn_soonest(self, Conn c) noexcept
-
-    cdef int dispatch(self, Conn c, Cmd *cmd) except -1
-    cdef int run(self, Conn c) except -1
-    cdef int flush_dirty(self) except -1
-    cdef int rearm(self) except -1
-
-    cdef int wal_record(self, Job *j, bint full) except -1
-    cdef bint wal_room(self, int64_t now_bytes, int64_t extra_resv) except -1
-    cdef int wal_own(self, Job *j) except -1
-    cdef void wal_disown(self, Job *j) noexcept
-    cdef int wal_put(self, char *p, Py_ssize_t n) except -1
-    cdef int release_held_c(self) except -1
-    cdef object _replay_one(self, Jobrec *rec, const char *name, int32_t namelen,
-                            const char *body)
-
-    cdef void _elig_remove(self, Tube *t) noexcept
-    cdef bint _deadline_soon(self, Conn c, int64_t now) noexcept
-    cdef bint _conn_ready(self, Conn c) noexcept
-    cdef void _waiter_drop(self, Tube *t, Py_ssize_t k) noexcept
-    cdef Conn _waiter_take(self, Tube *t)
-    cdef void _touched(self, Conn c)
-    cdef int64_t _next_deadline(self) noexcept
-    cdef int conn_release(self, Conn c) except -1
-    cdef int _kick_one(self, Job *j) except -1
-    cdef int _kick(self, Conn c, uint32_t bound) except -1
-    cdef int kick_more(self, Conn c) except -1
-    cdef bytes _stats_yaml(self)
-    cdef bytes _job_yaml(self, Job *j)
-    cdef bytes _tube_yaml(self, Tube *t)
-    cdef bytes _ext_yaml(self)
+# What a connection waits for before it runs its next command.
+cdef enum ConnWait:
+    WAIT_NONE = 0
+    WAIT_JOB = 1              # a blocked reserve: in its watched tubes' waiting sets
+    WAIT_KICK = 2             # its kick to finish, KICK_BATCH jobs per loop turn
 
 
+@cython.final
 cdef class Conn:
     cdef Core core
     cdef Parser parser
@@ -301,19 +295,22 @@ cdef class Conn:
     cdef object reading_cb            # reading_cb(bool): pause/resume reading
     cdef object later_cb              # later_cb(): run this connection again next loop turn
 
+    cdef ConnState state
+    cdef ConnWait wait
+    cdef bint lost                    # the transport failed or is gone: output goes nowhere
+
     cdef Tube *use
     cdef Watch *watch
     cdef Py_ssize_t nwatch, capwatch
 
-    cdef Job *res_head                # reserved jobs, most recent first
+    cdef JobList reserved             # reserved jobs, most recent first, through LINK_STATE
     cdef Py_ssize_t nreserved
     cdef Job *soonest                 # cached soonest TTR among them, or NULL if unknown
 
-    cdef bint producer, worker, waiting, closed, eof, quitting, in_run, dirty
+    cdef bint producer, worker        # has put / reserved (stats count them once)
+    cdef bint in_run, dirty
     cdef bint held                    # output waits in core.held until durable_seq >= wal_need
     cdef uint64_t wal_need            # the records its held output confirms
-    cdef bint lost                    # the transport is gone: output goes nowhere
-    cdef bint close_after             # close the transport once held output is out
     cdef bint writable                # False while the transport's buffer is over its high mark
     cdef bint reading_paused, later_pending
     cdef bint in_turn                 # in core.turn
@@ -322,8 +319,8 @@ cdef class Conn:
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
 
-    # kick in progress over several loop turns
-    cdef bint kicking, kick_buried
+    # kick in progress over several loop turns (wait == WAIT_KICK)
+    cdef bint kick_buried
     cdef uint32_t kick_left, kick_done
 
     # put in progress (between the put line and its body)
@@ -334,14 +331,3 @@ cdef class Conn:
     cdef char *obuf
     cdef Py_ssize_t olen, ocap
     cdef list chunks
-
-    cdef int out(self, const char *s, Py_ssize_t n) except -1
-    cdef int out_str(self, bytes s) except -1
-    cdef int out_text(self, Text t) except -1
-    cdef int out_u64(self, Text word, uint64_t v) except -1
-    cdef int out_job(self, Text word, Job *j) except -1
-    cdef int out_yaml(self, bytes doc) except -1
-    cdef int out_err(self, int err) except -1
-    cdef int flush(self) except -1
-    cdef int add_watch(self, Tube *t) except -1
-    cdef void update_reading(self)

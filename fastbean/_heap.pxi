@@ -1,35 +1,19 @@
-# Binary min-heap over pointers (declared in _core.pxd). Included by _core.pyx.
-# Arrays double when full and halve when three quarters empty, so memory
-# follows the backlog down again after it drains.
-
-from libc.stdlib cimport malloc, realloc, free
-
-cdef enum:
-    HEAP_MIN_CAP = 16
+# Binary min-heap over pointers (declared in _core.pxd). Its array grows and
+# shrinks with the _vec.pxi rules, so memory follows the backlog down again.
 
 
-cdef int heap_init(Heap *h, heap_less_fn less, heap_setpos_fn setpos) except -1:
+cdef void heap_init(Heap *h, heap_less_fn less, heap_setpos_fn setpos) noexcept:
     h.items = NULL
     h.len = 0
     h.cap = 0
     h.less = less
     h.setpos = setpos
-    return 0
 
 
 cdef void heap_free(Heap *h) noexcept:
     free(h.items)
     h.items = NULL
     h.len = h.cap = 0
-
-
-cdef int _heap_resize(Heap *h, Py_ssize_t cap) except -1:
-    cdef void **items = <void **>realloc(h.items, cap * sizeof(void *))
-    if items == NULL:
-        raise MemoryError()
-    h.items = items
-    h.cap = cap
-    return 0
 
 
 cdef inline void _heap_set(Heap *h, Py_ssize_t i, void *x) noexcept:
@@ -66,31 +50,15 @@ cdef void _heap_down(Heap *h, Py_ssize_t i) noexcept:
 
 
 cdef int heap_insert(Heap *h, void *x) except -1:
-    if h.len == h.cap:
-        _heap_resize(h, h.cap * 2 if h.cap else HEAP_MIN_CAP)
+    if vec_grow(<void **>&h.items, &h.cap, h.len + 1, sizeof(void *)) < 0:
+        raise MemoryError()
     h.items[h.len] = x
     h.len += 1
     _heap_up(h, h.len - 1)
     return 0
 
 
-cdef void *heap_remove(Heap *h, Py_ssize_t i) noexcept:
-    cdef void *x = h.items[i]
-    cdef void **items
-    h.setpos(x, -1)
-    h.len -= 1
-    if i != h.len:
-        _heap_set(h, i, h.items[h.len])
-        _heap_fix(h, i)
-    if h.cap > HEAP_MIN_CAP and h.len < h.cap // 4:
-        items = <void **>realloc(h.items, (h.cap // 2) * sizeof(void *))
-        if items != NULL:
-            h.items = items
-            h.cap //= 2
-    return x
-
-
-cdef void _heap_fix(Heap *h, Py_ssize_t i) noexcept:
+cdef void heap_fix(Heap *h, Py_ssize_t i) noexcept:
     # The element at i may now be out of place in either direction.
     if i > 0 and h.less(h.items[i], h.items[(i - 1) >> 1]):
         _heap_up(h, i)
@@ -98,5 +66,12 @@ cdef void _heap_fix(Heap *h, Py_ssize_t i) noexcept:
         _heap_down(h, i)
 
 
-cdef inline void heap_fix(Heap *h, Py_ssize_t i) noexcept:
-    _heap_fix(h, i)
+cdef void *heap_remove(Heap *h, Py_ssize_t i) noexcept:
+    cdef void *x = h.items[i]
+    h.setpos(x, -1)
+    h.len -= 1
+    if i != h.len:
+        _heap_set(h, i, h.items[h.len])
+        heap_fix(h, i)
+    vec_shrink(<void **>&h.items, &h.cap, h.len, sizeof(void *))
+    return x

@@ -1,5 +1,4 @@
 # Job table: id -> Job*, chained through Job.ht_next (declared in _core.pxd).
-# Included by _core.pyx.
 #
 # Resizing is incremental: a grow or shrink allocates the new bucket array and
 # then every insert and remove moves TABLE_STEP buckets across, so the cost of

@@ -1,6 +1,10 @@
-# Binlog record encoding and decoding, beanstalkd's format version 7
-# (reference notes §4.2-4.3). Included by _core.pyx; the files themselves are
-# binlog.py's business.
+# Binlog records, beanstalkd's format version 7 (reference notes §4.2-4.3):
+# encoding a job's record and reading records back. The files are
+# binlog.py's business, the space and ownership _walg.pxi's.
+#
+# A file is an int32 version, then records: int32 name length, the tube name,
+# a Jobrec, and the body when the name length is not 0 (a full record: put,
+# migration); a name length of 0 is a short record (every later change).
 
 cdef enum:
     # fastbean signs the three trailing pad bytes of every record it writes
@@ -18,7 +22,7 @@ cdef inline Py_ssize_t wal_full_size(Job *j) noexcept:
     return 4 + PyBytes_GET_SIZE(<object>j.tube.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(<object>j.body)
 
 
-cdef void wal_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
+cdef void rec_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
     memset(r, 0, sizeof(Jobrec))
     r.id = j.id
     r.pri = j.pri
@@ -39,11 +43,11 @@ cdef void wal_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
     r.pad2[2] = WAL_SIG2
 
 
-cdef inline bint wal_signed(Jobrec *r) noexcept:
+cdef inline bint rec_signed(Jobrec *r) noexcept:
     return r.pad2[0] == WAL_SIG0 and r.pad2[1] == WAL_SIG1 and r.pad2[2] == WAL_SIG2
 
 
-cdef bint wal_rec_ok(Jobrec *r) noexcept:
+cdef bint rec_ok(Jobrec *r) noexcept:
     # Plausibility of a record read back. Every record beanstalkd or fastbean
     # writes has a TTR of at least 1 s and a body of at least its CRLF, so a
     # record torn by a crash inside zero-filled preallocated space fails here
@@ -51,3 +55,51 @@ cdef bint wal_rec_ok(Jobrec *r) noexcept:
     return (r.id != 0 and r.ttr >= 1000000000 and r.body_size >= 2
             and r.state <= JOB_DELAYED
             and 946684800000000000 < r.created_at < 4102444800000000000)   # 2000..2100
+
+
+cdef object header_check(const char *p, Py_ssize_t n):
+    # None if p[:n] starts with a version header we read, else why not.
+    cdef int32_t version
+    if n < WAL_HEADER:
+        return "no version header" if n else None
+    memcpy(&version, p, 4)
+    if version != WAL_VERSION:
+        return "unknown version %d" % version
+    return None
+
+
+cdef object rec_read(const char *p, Py_ssize_t n, Py_ssize_t pos, int *signed, Jobrec *rec,
+                     const char **name, int32_t *namelen, const char **body, Py_ssize_t *size):
+    # Read the record at p[pos:n]. None when it is sound, with its parts and
+    # its size (0: the zero-filled end of the records); else why it is not.
+    # signed: -1 until the first record, then whether the file is fastbean's.
+    cdef Py_ssize_t need
+    size[0] = 0
+    memcpy(namelen, p + pos, 4)
+    if namelen[0] < 0 or namelen[0] > NAME_MAX:
+        return "bad name length %d" % namelen[0]
+    need = 4 + namelen[0] + sizeof(Jobrec)
+    if pos + need > n:
+        return "truncated record"
+    memcpy(rec, p + pos + 4 + namelen[0], sizeof(Jobrec))
+    if rec.id == 0 and namelen[0] == 0:
+        return None                     # end of the records written
+    if not rec_ok(rec):
+        return "corrupt record"
+    if signed[0] < 0:
+        signed[0] = rec_signed(rec)
+    elif signed[0] and not rec_signed(rec):
+        return "torn record"
+    name[0] = p + pos + 4
+    body[0] = NULL
+    if namelen[0]:
+        need += rec.body_size
+        if pos + need > n:
+            return "truncated record"
+        body[0] = p + pos + 4 + namelen[0] + sizeof(Jobrec)
+        if body[0][rec.body_size - 2] != c'\r' or body[0][rec.body_size - 1] != c'\n':
+            return "corrupt job body"
+        if not name_ok(name[0], namelen[0]):
+            return "bad tube name"
+    size[0] = need
+    return None

@@ -1,0 +1,346 @@
+# Commands: one function per command of the protocol (protocol.txt), and
+# dispatch. Each answers through c's output; the run loop (_run.pxi) flushes.
+
+cdef int64_t SEC = 1000000000
+
+
+cdef inline void _count_producer(Core core, Conn c) noexcept:
+    if not c.producer:
+        c.producer = True
+        core.producer_ct += 1
+
+
+cdef inline void _count_worker(Core core, Conn c) noexcept:
+    if not c.worker:
+        c.worker = True
+        core.worker_ct += 1
+
+
+cdef inline bint _owns(Conn c, Job *j) noexcept:
+    return j != NULL and j.state == JOB_RESERVED and j.owner == <PyObject *>c
+
+
+cdef int cmd_put(Core core, Conn c, Cmd *cmd) except -1:
+    # The put line: take the body that follows, or swallow it with an error.
+    cdef Py_ssize_t cost
+    if cmd.nbytes > <uint64_t>core.max_job_size:
+        c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
+        return 0
+    if cmd.garbage:
+        c.parser.no_body()
+        return out_text(c, MSG_BAD_FORMAT)
+    _count_producer(core, c)
+    cost = <Py_ssize_t>cmd.nbytes + 2 + JOB_OVERHEAD
+    if core.max_memory and core.mem_used + cost > core.max_memory:
+        c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
+        return 0
+    try:
+        c.parser.accept_body(<Py_ssize_t>cmd.nbytes + 2)
+    except MemoryError:
+        c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
+        return 0
+    mem_charge(core, cost)
+    c.put_cost = cost
+    c.put_id = core.next_id
+    core.next_id += 1
+    c.put_pri = cmd.pri
+    c.put_delay = cmd.delay
+    c.put_ttr = cmd.ttr if cmd.ttr > 0 else 1
+    return 0
+
+
+cdef int cmd_put_body(Core core, Conn c, Cmd *cmd) except -1:
+    # The body has come: the job exists from here on.
+    cdef Py_ssize_t cost = c.put_cost
+    cdef Job *j
+    c.put_cost = 0
+    if cmd.err != ERR_NONE or core.draining:
+        mem_refund(core, cost)
+        if cmd.body != NULL:
+            Py_DECREF(<object>cmd.body)
+        return out_text(c, MSG_DRAINING) if cmd.err == ERR_NONE else out_text(c, err_text(cmd.err))
+    body = <object>cmd.body
+    Py_DECREF(body)             # <object> took its own reference
+    if core.wal_on and not wal_room(
+            core, 4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(body),
+            WAL_SHORT):
+        mem_refund(core, cost)          # no room on disk: the id stays burned
+        return out_text(c, MSG_OUT_OF_MEMORY)
+    j = job_new(core, c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
+                <int64_t>c.put_ttr * SEC, c.use, body)
+    core.total_jobs += 1
+    c.use.total_jobs += 1
+    if c.put_delay:
+        job_make_delayed(core, j, mono_ns() + <int64_t>c.put_delay * SEC)
+    else:
+        j.state = JOB_READY
+    if core.wal_on:
+        wal_record(core, j, True)
+        core.wal_resv += WAL_SHORT
+    if not c.put_delay:
+        job_make_ready(core, j)
+    return out_u64(c, MSG_INSERTED, j.id)
+
+
+cdef int cmd_reserve(Core core, Conn c, Cmd *cmd) except -1:
+    cdef int64_t now = mono_ns()
+    _count_worker(core, c)
+    if deadline_soon(c, now) and not any_ready(c):
+        return out_text(c, MSG_DEADLINE_SOON)
+    c.timeout_at = now + <int64_t>cmd.timeout * SEC if cmd.timeout >= 0 else -1
+    waiting_add(core, c)
+    process_queue(core)
+    if c.wait == WAIT_JOB:
+        if c.state == CONN_EOF or cmd.timeout == 0:
+            # beanstalkd answers these on its next loop pass
+            waiting_remove(core, c)
+            if deadline_soon(c, now):
+                return out_text(c, MSG_DEADLINE_SOON)
+            return out_text(c, MSG_TIMED_OUT)
+        conn_retime(core, c, now)
+    return 0
+
+
+cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if j == NULL or j.state == JOB_RESERVED or j.state == JOB_INVALID:
+        return out_text(c, MSG_NOT_FOUND)
+    job_unlink(core, j)
+    _count_worker(core, c)
+    job_reserve(core, c, j, mono_ns())
+    return out_job(c, MSG_RESERVED, j)
+
+
+cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if j == NULL or j.state == JOB_INVALID or (
+            j.state == JOB_RESERVED and j.owner != <PyObject *>c):
+        return out_text(c, MSG_NOT_FOUND)
+    job_unlink(core, j)
+    j.tube.cmd_delete += 1
+    if core.wal_on and j.wal_file:
+        # spends the space reserved at put time; cannot fail for room
+        wal_record(core, j, False)
+        core.wal_resv -= WAL_SHORT
+        wal_disown(core, j)
+    job_free(core, j)
+    return out_text(c, MSG_DELETED)
+
+
+cdef int cmd_release(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if not _owns(c, j):
+        return out_text(c, MSG_NOT_FOUND)
+    if cmd.delay and core.wal_on and not wal_room(core, WAL_SHORT, 0):
+        return out_text(c, MSG_OUT_OF_MEMORY)
+    job_unlink(core, j)
+    j.pri = cmd.pri
+    j.delay_ns = <int64_t>cmd.delay * SEC
+    j.release_ct += 1
+    if cmd.delay:
+        job_make_delayed(core, j, mono_ns() + j.delay_ns)
+        if core.wal_on:
+            wal_record(core, j, False)
+    else:
+        job_make_ready(core, j)
+    return out_text(c, MSG_RELEASED)
+
+
+cdef int cmd_bury(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if not _owns(c, j):
+        return out_text(c, MSG_NOT_FOUND)
+    if core.wal_on and not wal_room(core, WAL_SHORT, 0):
+        return out_text(c, MSG_INTERNAL_ERROR)
+    job_unlink(core, j)
+    j.pri = cmd.pri
+    job_bury(core, j)
+    if core.wal_on:
+        wal_record(core, j, False)
+    return out_text(c, MSG_BURIED)
+
+
+cdef int cmd_touch(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if not _owns(c, j):
+        return out_text(c, MSG_NOT_FOUND)
+    j.deadline = mono_ns() + j.ttr_ns
+    heap_fix(&core.ttr_heap, j.heap_index)
+    c.soonest = NULL
+    return out_text(c, MSG_TOUCHED)
+
+
+cdef int cmd_peek(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = NULL
+    cdef Tube *t = c.use
+    if cmd.op == OP_PEEK:
+        j = job_find(core, cmd.id)
+    elif cmd.op == OP_PEEK_READY:
+        if t.ready.len:
+            j = <Job *>t.ready.items[0]
+    elif cmd.op == OP_PEEK_DELAYED:
+        if t.delay.len:
+            j = <Job *>t.delay.items[0]
+    else:
+        j = t.buried.head
+    if j == NULL:
+        return out_text(c, MSG_NOT_FOUND)
+    return out_job(c, MSG_FOUND, j)
+
+
+cdef int cmd_kick(Core core, Conn c, Cmd *cmd) except -1:
+    # Buried jobs first, oldest first; only if there are none, delayed
+    # jobs, soonest first. All in the used tube.
+    c.kick_buried = c.use.buried_ct > 0
+    c.kick_left = cmd.bound
+    c.kick_done = 0
+    return kick_more(core, c)
+
+
+cdef int kick_more(Core core, Conn c) except -1:
+    # At most KICK_BATCH jobs per loop turn; the reply waits for the rest,
+    # and so do the connection's later commands, but nobody else does.
+    cdef Tube *t = c.use
+    cdef Job *j
+    cdef int n = 0
+    while c.kick_left and n < KICK_BATCH:
+        if c.kick_buried:
+            j = t.buried.head
+        else:
+            j = <Job *>t.delay.items[0] if t.delay.len else NULL
+        if j == NULL or not kick_one(core, j):
+            c.kick_left = 0
+            break
+        c.kick_left -= 1
+        c.kick_done += 1
+        n += 1
+    if c.kick_left:
+        c.wait = WAIT_KICK
+        run_later(c)
+        return 0
+    c.wait = WAIT_NONE
+    return out_u64(c, MSG_KICKED_N, c.kick_done)
+
+
+cdef int cmd_kick_job(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if j == NULL or (j.state != JOB_BURIED and j.state != JOB_DELAYED):
+        return out_text(c, MSG_NOT_FOUND)
+    if not kick_one(core, j):
+        return out_text(c, MSG_NOT_FOUND)
+    return out_text(c, MSG_KICKED)
+
+
+cdef int cmd_use(Core core, Conn c, Cmd *cmd) except -1:
+    use_tube(core, c, tube_get(core, cmd.name, cmd.name_len, True))
+    return cmd_list_tube_used(core, c)
+
+
+cdef int cmd_list_tube_used(Core core, Conn c) except -1:
+    out_text(c, MSG_USING)
+    out_bytes(c, <bytes>c.use.name)
+    return out_text(c, MSG_CRLF)
+
+
+cdef int cmd_watch(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Tube *t = tube_get(core, cmd.name, cmd.name_len, True)
+    if not watches(c, t):
+        add_watch(c, t)
+    return out_u64(c, MSG_WATCHING, c.nwatch)
+
+
+cdef int cmd_ignore(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Tube *t = tube_get(core, cmd.name, cmd.name_len, False)
+    if t != NULL and watches(c, t):
+        if c.nwatch < 2:
+            return out_text(c, MSG_NOT_IGNORED)
+        drop_watch(core, c, t)
+    return out_u64(c, MSG_WATCHING, c.nwatch)
+
+
+cdef int cmd_pause_tube(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Tube *t
+    if cmd.err != ERR_NONE:
+        return out_text(c, err_text(cmd.err))
+    t = tube_get(core, cmd.name, cmd.name_len, False)
+    if t == NULL:
+        return out_text(c, MSG_NOT_FOUND)
+    # A pause of 0 is 1 ns, so waiters are still woken by the timer.
+    t.pause_ns = <int64_t>cmd.delay * SEC if cmd.delay else 1
+    t.unpause_at = mono_ns() + t.pause_ns
+    t.cmd_pause += 1
+    tube_update(core, t)
+    tube_retime(core, t)
+    return out_text(c, MSG_PAUSED)
+
+
+cdef int cmd_stats_job(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if j == NULL:
+        return out_text(c, MSG_NOT_FOUND)
+    return out_yaml(c, job_yaml(j))
+
+
+cdef int cmd_stats_tube(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Tube *t = tube_get(core, cmd.name, cmd.name_len, False)
+    if t == NULL:
+        return out_text(c, MSG_NOT_FOUND)
+    return out_yaml(c, tube_yaml(t))
+
+
+cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
+    cdef int op = cmd.op
+    if op <= OP_PAUSE_TUBE:
+        core.cmd_ct[op] += 1
+    if op == OP_PUT:
+        return cmd_put(core, c, cmd)
+    elif op == OP_PUT_BODY:
+        return cmd_put_body(core, c, cmd)
+    elif op == OP_SKIPPED:
+        return out_text(c, err_text(cmd.err))
+    elif op == OP_RESERVE or op == OP_RESERVE_TIMEOUT:
+        return cmd_reserve(core, c, cmd)
+    elif op == OP_DELETE:
+        return cmd_delete(core, c, cmd)
+    elif op == OP_RELEASE:
+        return cmd_release(core, c, cmd)
+    elif op == OP_BURY:
+        return cmd_bury(core, c, cmd)
+    elif op == OP_TOUCH:
+        return cmd_touch(core, c, cmd)
+    elif op == OP_PEEK or op == OP_PEEK_READY or op == OP_PEEK_DELAYED or op == OP_PEEK_BURIED:
+        return cmd_peek(core, c, cmd)
+    elif op == OP_RESERVE_JOB:
+        return cmd_reserve_job(core, c, cmd)
+    elif op == OP_KICK:
+        return cmd_kick(core, c, cmd)
+    elif op == OP_KICK_JOB:
+        return cmd_kick_job(core, c, cmd)
+    elif op == OP_USE:
+        return cmd_use(core, c, cmd)
+    elif op == OP_WATCH:
+        return cmd_watch(core, c, cmd)
+    elif op == OP_IGNORE:
+        return cmd_ignore(core, c, cmd)
+    elif op == OP_PAUSE_TUBE:
+        return cmd_pause_tube(core, c, cmd)
+    elif op == OP_STATS:
+        return out_yaml(c, stats_yaml(core))
+    elif op == OP_STATS_JOB:
+        return cmd_stats_job(core, c, cmd)
+    elif op == OP_STATS_TUBE:
+        return cmd_stats_tube(core, c, cmd)
+    elif op == OP_LIST_TUBES:
+        return out_yaml(c, list_tubes_yaml(core))
+    elif op == OP_LIST_TUBE_USED:
+        return cmd_list_tube_used(core, c)
+    elif op == OP_LIST_TUBES_WATCHED:
+        return out_yaml(c, list_watched_yaml(c))
+    elif op == OP_QUIT:
+        c.state = CONN_QUIT
+        return 0
+    elif op == OP_EXT:
+        return out_yaml(c, ext_yaml(core))
+    elif op == OP_BAD_FORMAT:
+        return out_text(c, MSG_BAD_FORMAT)
+    return out_text(c, MSG_UNKNOWN_COMMAND)

@@ -1,0 +1,344 @@
+# Connections: the output buffer and how it is written, the watch list and
+# the used tube, waiting in reserve (the tubes' waiting sets and the
+# connection's timer), the soonest TTR among its reservations, reading
+# back-pressure, and release when it goes.
+
+cdef enum:
+    READ_HIGH = 1 << 20               # stop reading a blocked connection past this many bytes
+    READ_LOW = 1 << 18
+    OBUF_KEEP = 65536                 # an output buffer bigger than this is freed once flushed
+
+
+cdef bint _timer_less(void *a, void *b) noexcept nogil:
+    return (<ConnTimer *>a).at < (<ConnTimer *>b).at
+
+
+cdef void _timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<ConnTimer *>a).index = i
+
+
+cdef Conn conn_new(Core core, object set_reading, object later):
+    cdef Conn c = Conn.__new__(Conn)
+    c.core = core
+    c.parser = Parser()
+    c.reading_cb = set_reading
+    c.later_cb = later
+    c.chunks = []
+    c.writable = True
+    c.timeout_at = -1
+    c.timer.index = -1
+    c.timer.conn = <PyObject *>c
+    c.use = core.default_tube
+    tube_incref(c.use)
+    c.use.using_ct += 1
+    add_watch(c, core.default_tube)
+    core.conn_ct += 1
+    core.total_conns += 1
+    return c
+
+
+cdef inline bint conn_released(Conn c) noexcept:
+    return c.state >= CONN_CLOSING
+
+
+# -- output -----------------------------------------------------------------------
+
+cdef int out(Conn c, const char *s, Py_ssize_t n) except -1:
+    if vec_grow(<void **>&c.obuf, &c.ocap, c.olen + n, 1) < 0:
+        raise MemoryError()
+    memcpy(c.obuf + c.olen, s, n)
+    c.olen += n
+    return 0
+
+
+cdef inline int out_text(Conn c, Text t) except -1:
+    return out(c, t.s, t.n)
+
+
+cdef inline int out_bytes(Conn c, bytes s) except -1:
+    return out(c, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
+
+
+cdef int out_u64(Conn c, Text word, uint64_t v) except -1:
+    # "<word> <v>\r\n"
+    cdef char num[32]
+    cdef int n = snprintf(num, sizeof(num), " %llu\r\n", <unsigned long long>v)
+    out_text(c, word)
+    return out(c, num, n)
+
+
+cdef int out_job(Conn c, Text word, Job *j) except -1:
+    # "<word> <id> <bytes>\r\n" then the stored body, which ends in CRLF.
+    cdef char num[64]
+    cdef object body = <object>j.body
+    cdef int n = snprintf(num, sizeof(num), " %llu %lld\r\n", <unsigned long long>j.id,
+                          <long long>(PyBytes_GET_SIZE(body) - 2))
+    out_text(c, word)
+    out(c, num, n)
+    c.chunks.append(PyBytes_FromStringAndSize(c.obuf, c.olen))
+    c.olen = 0
+    c.chunks.append(body)
+    return 0
+
+
+cdef int out_yaml(Conn c, bytes doc) except -1:
+    # "OK <bytes>\r\n<doc>\r\n"
+    cdef char num[32]
+    cdef int n = snprintf(num, sizeof(num), "OK %lld\r\n", <long long>PyBytes_GET_SIZE(doc))
+    out(c, num, n)
+    out_bytes(c, doc)
+    return out_text(c, MSG_CRLF)
+
+
+cdef inline void _out_drop(Conn c):
+    c.olen = 0
+    c.chunks = []
+
+
+cdef int flush(Conn c) except -1:
+    # Hand what c has to say to its transport, unless it confirms binlog
+    # records that are not durable yet: then it waits in core.held.
+    cdef Core core = c.core
+    if c.lost:
+        _out_drop(c)
+        return 0
+    if c.held:
+        if core.wal_seq > core.durable_seq:
+            c.wal_need = core.wal_seq
+        return 0
+    if core.wal_seq > core.durable_seq and (c.olen or c.chunks):
+        c.wal_need = core.wal_seq
+        c.held = True
+        core.held.append(c)
+        return 0
+    if c.chunks:
+        if c.olen:
+            c.chunks.append(PyBytes_FromStringAndSize(c.obuf, c.olen))
+            c.olen = 0
+        chunks = c.chunks
+        c.chunks = []
+        c.writelines(chunks)
+    elif c.olen:
+        data = PyBytes_FromStringAndSize(c.obuf, c.olen)
+        c.olen = 0
+        c.write(data)
+    if c.ocap > OBUF_KEEP:
+        # a burst of big replies: give the memory back
+        free(c.obuf)
+        c.obuf = NULL
+        c.ocap = 0
+    return 0
+
+
+cdef inline void conn_touched(Core core, Conn c):
+    # c got output outside its own run: flush it (and run what it has
+    # buffered) once the current work is done.
+    if not c.in_run and not c.dirty:
+        c.dirty = True
+        core.dirty.append(c)
+
+
+cdef void update_reading(Conn c):
+    # Read while there is room: stop when commands pile up unprocessed
+    # (blocked reserve, slow reader, batch left over), resume when they drain.
+    cdef Py_ssize_t buffered = c.parser.buffered()
+    cdef bint want
+    if c.reading_paused:
+        want = buffered < READ_LOW and c.writable and not c.later_pending
+    else:
+        want = buffered < READ_HIGH and c.writable and not c.later_pending
+    if want == c.reading_paused:
+        c.reading_paused = not want
+        c.reading_cb(want)
+
+
+# -- tubes used and watched --------------------------------------------------------
+
+cdef int use_tube(Core core, Conn c, Tube *t) except -1:
+    tube_incref(t)
+    c.use.using_ct -= 1
+    tube_decref(core, c.use)
+    c.use = t
+    t.using_ct += 1
+    return 0
+
+
+cdef int add_watch(Conn c, Tube *t) except -1:
+    if vec_grow(<void **>&c.watch, &c.capwatch, c.nwatch + 1, sizeof(Watch)) < 0:
+        raise MemoryError()
+    c.watch[c.nwatch].tube = t
+    c.watch[c.nwatch].wpos = -1
+    c.nwatch += 1
+    t.watching_ct += 1
+    tube_incref(t)
+    return 0
+
+
+cdef bint watches(Conn c, Tube *t) noexcept:
+    cdef Py_ssize_t i
+    for i in range(c.nwatch):
+        if c.watch[i].tube == t:
+            return True
+    return False
+
+
+cdef int drop_watch(Core core, Conn c, Tube *t) except -1:
+    # Stop watching t (which c watches, and not as its only tube).
+    cdef Py_ssize_t i
+    for i in range(c.nwatch):
+        if c.watch[i].tube == t:
+            c.nwatch -= 1
+            c.watch[i] = c.watch[c.nwatch]
+            t.watching_ct -= 1
+            tube_decref(core, t)
+            break
+    return 0
+
+
+# -- waiting in reserve ---------------------------------------------------------------
+
+cdef Job *conn_soonest(Conn c) noexcept:
+    # the reserved job whose TTR ends first
+    cdef Job *j
+    if c.nreserved == 0:
+        return NULL
+    if c.soonest == NULL:
+        j = c.reserved.head
+        c.soonest = j
+        while j != NULL:
+            if j.deadline < c.soonest.deadline:
+                c.soonest = j
+            j = j.link[LINK_STATE].next
+    return c.soonest
+
+
+cdef inline bint deadline_soon(Conn c, int64_t now) noexcept:
+    cdef Job *j = conn_soonest(c)
+    return j != NULL and now >= j.deadline - MARGIN
+
+
+cdef bint any_ready(Conn c) noexcept:
+    # Any watched tube with a ready job, paused or not (as beanstalkd).
+    cdef Py_ssize_t i
+    for i in range(c.nwatch):
+        if c.watch[i].tube.ready.len:
+            return True
+    return False
+
+
+cdef int waiting_add(Core core, Conn c) except -1:
+    cdef Py_ssize_t i
+    cdef Tube *t
+    for i in range(c.nwatch):
+        t = c.watch[i].tube
+        if vec_grow(<void **>&t.waiting, &t.capwaiting, t.nwaiting + 1, sizeof(Waiter)) < 0:
+            raise MemoryError()
+    c.wait = WAIT_JOB
+    core.waiting_ct += 1
+    for i in range(c.nwatch):
+        t = c.watch[i].tube
+        t.waiting[t.nwaiting].conn = <PyObject *>c
+        t.waiting[t.nwaiting].slot = i
+        c.watch[i].wpos = t.nwaiting
+        t.nwaiting += 1
+        tube_update(core, t)
+    return 0
+
+
+cdef void _waiter_drop(Core core, Tube *t, Py_ssize_t k) noexcept:
+    # Remove entry k of t.waiting by moving the last entry into its place.
+    cdef Conn moved
+    t.nwaiting -= 1
+    if k != t.nwaiting:
+        t.waiting[k] = t.waiting[t.nwaiting]
+        moved = <Conn>t.waiting[k].conn
+        moved.watch[t.waiting[k].slot].wpos = k
+    tube_update(core, t)
+
+
+cdef void waiting_remove(Core core, Conn c) noexcept:
+    cdef Py_ssize_t i
+    if c.wait != WAIT_JOB:
+        return
+    c.wait = WAIT_NONE
+    core.waiting_ct -= 1
+    c.timeout_at = -1
+    for i in range(c.nwatch):
+        if c.watch[i].wpos >= 0:
+            _waiter_drop(core, c.watch[i].tube, c.watch[i].wpos)
+            c.watch[i].wpos = -1
+    if c.timer.index >= 0:
+        heap_remove(&core.conn_timers, c.timer.index)
+
+
+cdef Conn waiter_take(Core core, Tube *t):
+    # beanstalkd's pick: a rotating index into an array with swap-removal.
+    cdef Py_ssize_t k
+    cdef Conn c
+    t.wrot = t.wrot % t.nwaiting
+    k = t.wrot
+    c = <Conn>t.waiting[k].conn
+    c.watch[t.waiting[k].slot].wpos = -1
+    _waiter_drop(core, t, k)
+    t.wrot += 1
+    waiting_remove(core, c)
+    return c
+
+
+cdef int conn_retime(Core core, Conn c, int64_t now) except -1:
+    # A waiting connection's timer: its reserve timeout, or the start of
+    # the DEADLINE_SOON margin of its soonest reserved job.
+    cdef int64_t at = INT64_MAX
+    cdef Job *j
+    if c.wait == WAIT_JOB:
+        if c.timeout_at >= 0:
+            at = c.timeout_at
+        j = conn_soonest(c)
+        if j != NULL and j.deadline - MARGIN < at:
+            at = j.deadline - MARGIN
+    if at == INT64_MAX:
+        if c.timer.index >= 0:
+            heap_remove(&core.conn_timers, c.timer.index)
+        return 0
+    c.timer.at = at
+    if c.timer.index >= 0:
+        heap_fix(&core.conn_timers, c.timer.index)
+    else:
+        heap_insert(&core.conn_timers, &c.timer)
+    return 0
+
+
+# -- the end --------------------------------------------------------------------------
+
+cdef int conn_release(Core core, Conn c) except -1:
+    # The connection is gone (quit, hung up, lost): undo everything it holds.
+    cdef Job *j
+    cdef Py_ssize_t i
+    if conn_released(c):
+        return 0
+    c.state = CONN_CLOSED
+    waiting_remove(core, c)
+    if c.timer.index >= 0:
+        heap_remove(&core.conn_timers, c.timer.index)
+    while c.reserved.head != NULL:
+        j = c.reserved.head
+        job_unlink(core, j)
+        job_make_ready(core, j)
+    if c.put_cost:
+        mem_refund(core, c.put_cost)
+        c.put_cost = 0
+    c.use.using_ct -= 1
+    tube_decref(core, c.use)
+    c.use = NULL
+    for i in range(c.nwatch):
+        c.watch[i].tube.watching_ct -= 1
+        tube_decref(core, c.watch[i].tube)
+    c.nwatch = 0
+    if c.producer:
+        core.producer_ct -= 1
+    if c.worker:
+        core.worker_ct -= 1
+    core.conn_ct -= 1
+    c.parser.discard_input()
+    settle(core)
+    return 0

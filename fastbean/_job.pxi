@@ -1,0 +1,65 @@
+# Jobs: allocation, lookup by id, and freeing. A job's state and the
+# structures that hold it are _queue.pxi's business.
+
+
+cdef Job *job_new(Core core, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
+                  Tube *t, object body) except NULL:
+    # Jobs come from Python's small-object allocator: its arenas go back
+    # to the OS once empty, so memory follows a backlog down again.
+    cdef Job *j = <Job *>PyMem_Malloc(sizeof(Job))
+    if j == NULL:
+        raise MemoryError()
+    memset(j, 0, sizeof(Job))
+    j.id = id
+    j.pri = pri
+    j.delay_ns = delay_ns
+    j.ttr_ns = ttr_ns
+    j.created_wall = wall_ns()
+    j.tube = t
+    j.heap_index = -1
+    j.body = <PyObject *>body
+    Py_INCREF(body)
+    tube_incref(t)
+    table_insert(&core.jobs, j)
+    mem_new_body(PyBytes_GET_SIZE(body))
+    return j
+
+
+cdef inline Job *job_find(Core core, uint64_t id) noexcept:
+    return table_find(&core.jobs, id)
+
+
+cdef inline Py_ssize_t job_size(Job *j) noexcept:
+    # bytes of its body, CRLF included
+    return PyBytes_GET_SIZE(<object>j.body)
+
+
+cdef void job_free(Core core, Job *j):
+    # j is in no structure any more (JOB_INVALID)
+    table_remove(&core.jobs, j)
+    mem_release(core, job_size(j) + JOB_OVERHEAD)
+    Py_DECREF(<object>j.body)
+    tube_decref(core, j.tube)
+    PyMem_Free(j)
+
+
+cdef void jobs_destroy(JobTable *t) noexcept:
+    # Free every job of a dying engine; the tubes go separately.
+    cdef Job *j
+    cdef Job *nxt
+    cdef Py_ssize_t b, mask
+    cdef Job **buckets
+    cdef int k
+    for k in range(2):
+        buckets = t.t0 if k == 0 else t.t1
+        mask = t.mask0 if k == 0 else t.mask1
+        if buckets == NULL:
+            continue
+        for b in range(mask + 1):
+            j = buckets[b]
+            while j != NULL:
+                Py_XDECREF(j.body)
+                nxt = j.ht_next
+                PyMem_Free(j)
+                j = nxt
+    table_free(t)

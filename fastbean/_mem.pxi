@@ -1,0 +1,81 @@
+# Memory: what the jobs hold (core.mem_used, which --max-memory caps), and
+# giving memory back to the OS once a big backlog has drained. The pages
+# themselves are faulted in ahead of demand by _arena.h's helper thread.
+
+cdef extern from "_arena.h":
+    int fb_arena_install()
+    void fb_heap_check() nogil
+    size_t HEAP_PAD "FB_HEAP_PAD"
+    ctypedef struct ArenaPool "fb_arenas_t":
+        int count
+        size_t size
+        int installed
+        unsigned long long taken_warm, taken_cold, prefaulted
+    ArenaPool fb_arenas
+
+cdef extern from "malloc.h":
+    int malloc_trim(size_t pad)
+    int mallopt(int param, int value)
+    int M_MMAP_THRESHOLD
+
+cdef enum:
+    JOB_OVERHEAD = 256                # bytes charged per job beyond its body (struct, bytes header, slots)
+    TRIM_AFTER = 64 << 20             # a backlog this big that drains gives its memory back
+    BIG_BODY = 512                    # bodies over this come from malloc's heap, not pymalloc's arenas
+
+
+cdef inline void mem_charge(Core core, Py_ssize_t n) noexcept:
+    # bytes of a job now held; the peak decides when a drain gives memory back
+    core.mem_used += n
+    if core.mem_used > core.mem_peak:
+        core.mem_peak = core.mem_used
+
+
+cdef inline void mem_refund(Core core, Py_ssize_t n) noexcept:
+    # a charge for a job that was never made (a refused or abandoned put)
+    core.mem_used -= n
+
+
+cdef inline void mem_release(Core core, Py_ssize_t n) noexcept:
+    # a job's bytes are gone; after a big backlog drains, the next tick trims
+    core.mem_used -= n
+    if core.mem_peak > TRIM_AFTER and core.mem_used * 8 < core.mem_peak and not core.trim_due:
+        core.trim_due = True            # rearm() after this command arms the tick
+
+
+cdef inline void mem_new_body(Py_ssize_t size) noexcept:
+    if size > BIG_BODY:
+        fb_heap_check()                 # big bodies come from malloc's heap: see _arena.h
+
+
+cdef void mem_trim(Core core) noexcept:
+    # Give freed memory back once a big backlog has drained (small bodies
+    # go back with pymalloc's arenas by themselves; big ones live in
+    # malloc's heap, where live blocks near its top keep the rest). Not
+    # under a steady churn: the next puts would fault the same pages in.
+    if core.trim_due:
+        core.trim_due = False
+        core.mem_peak = core.mem_used
+        malloc_trim(HEAP_PAD)
+
+
+def tune_malloc():
+    """Process-wide malloc settings for a server (called once at start-up).
+
+    A fixed mmap threshold keeps big arrays (heaps, the id table) in their
+    own mappings, which free() unmaps; glibc's sliding threshold would move
+    them onto the heap after the first large free."""
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024)
+
+
+def prefault_arenas():
+    """Have a helper thread fault in pymalloc's next arenas ahead of demand
+    (see _arena.h). The server calls this once at start-up; True if it runs."""
+    return fb_arena_install() == 0
+
+
+def arena_stats():
+    """The prefault pool's counters (read without its lock: a snapshot for tests and logs)."""
+    return {"installed": bool(fb_arenas.installed), "arena_size": fb_arenas.size,
+            "pooled": fb_arenas.count, "prefaulted": fb_arenas.prefaulted,
+            "taken_warm": fb_arenas.taken_warm, "taken_cold": fb_arenas.taken_cold}

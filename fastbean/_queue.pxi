@@ -1,0 +1,227 @@
+# Queue moves: a job between ready, delayed, buried and reserved, the
+# counters each state keeps, matching ready jobs with waiting connections,
+# and the work that comes due on the timer (beanstalkd's enqueue and prottick).
+
+cdef enum:
+    URGENT_PRI = 1024                 # pri below this counts as urgent
+    KICK_BATCH = 4096                 # jobs one kick moves per loop turn
+
+cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
+
+
+cdef bint _ready_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
+
+
+cdef bint _deadline_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
+
+
+cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<Job *>a).heap_index = i
+
+
+cdef int job_unlink(Core core, Job *j) except -1:
+    # Take j out of whatever holds it in its current state.
+    cdef Tube *t = j.tube
+    cdef Conn c
+    if j.state == JOB_READY:
+        heap_remove(&t.ready, j.heap_index)
+        core.ready_ct -= 1
+        if j.pri < URGENT_PRI:
+            core.urgent_ct -= 1
+            t.urgent_ct -= 1
+        tube_update(core, t)
+    elif j.state == JOB_DELAYED:
+        heap_remove(&t.delay, j.heap_index)
+        core.delayed_ct -= 1
+        tube_retime(core, t)
+    elif j.state == JOB_BURIED:
+        list_remove(&t.buried, j, LINK_STATE)
+        t.buried_ct -= 1
+        core.buried_ct -= 1
+    elif j.state == JOB_RESERVED:
+        c = <Conn>j.owner
+        list_remove(&c.reserved, j, LINK_STATE)
+        c.nreserved -= 1
+        if c.soonest == j:
+            c.soonest = NULL
+        heap_remove(&core.ttr_heap, j.heap_index)
+        j.owner = NULL
+        t.reserved_ct -= 1
+        core.reserved_ct -= 1
+    j.heap_index = -1
+    j.state = JOB_INVALID
+    return 0
+
+
+cdef int job_make_ready(Core core, Job *j) except -1:
+    cdef Tube *t = j.tube
+    j.state = JOB_READY
+    heap_insert(&t.ready, j)
+    core.ready_ct += 1
+    if j.pri < URGENT_PRI:
+        core.urgent_ct += 1
+        t.urgent_ct += 1
+    tube_update(core, t)
+    # Serve waiters job by job, as beanstalkd does: with several waiters,
+    # which one gets which job depends on it.
+    if core.neligible:
+        process_queue(core)
+    return 0
+
+
+cdef int job_make_delayed(Core core, Job *j, int64_t deadline) except -1:
+    cdef Tube *t = j.tube
+    j.state = JOB_DELAYED
+    j.deadline = deadline
+    heap_insert(&t.delay, j)
+    core.delayed_ct += 1
+    if j.heap_index == 0:
+        tube_retime(core, t)
+    return 0
+
+
+cdef void job_bury(Core core, Job *j) noexcept:
+    cdef Tube *t = j.tube
+    j.state = JOB_BURIED
+    j.bury_ct += 1
+    list_push_back(&t.buried, j, LINK_STATE)
+    t.buried_ct += 1
+    core.buried_ct += 1
+
+
+cdef int job_reserve(Core core, Conn c, Job *j, int64_t now) except -1:
+    j.state = JOB_RESERVED
+    j.deadline = now + j.ttr_ns
+    j.reserve_ct += 1
+    j.owner = <PyObject *>c
+    list_push_front(&c.reserved, j, LINK_STATE)
+    c.nreserved += 1
+    if c.nreserved == 1 or (c.soonest != NULL and j.deadline < c.soonest.deadline):
+        c.soonest = j
+    heap_insert(&core.ttr_heap, j)
+    j.tube.reserved_ct += 1
+    core.reserved_ct += 1
+    return 0
+
+
+cdef int process_queue(Core core) except -1:
+    # Match ready jobs with waiting connections until no tube has both.
+    cdef Py_ssize_t i
+    cdef Tube *best
+    cdef Tube *t
+    cdef Job *j
+    cdef Conn c
+    cdef int64_t now = 0
+    while core.neligible:
+        best = core.eligible[0]
+        for i in range(1, core.neligible):
+            t = core.eligible[i]
+            if _ready_less(t.ready.items[0], best.ready.items[0]):
+                best = t
+        j = <Job *>best.ready.items[0]
+        job_unlink(core, j)
+        c = waiter_take(core, best)
+        if now == 0:
+            now = mono_ns()
+        job_reserve(core, c, j, now)
+        out_job(c, MSG_RESERVED, j)
+        conn_touched(core, c)
+    return 0
+
+
+cdef int kick_one(Core core, Job *j) except -1:
+    # 1 if kicked; 0 if the binlog had no room, and the job stays put.
+    if core.wal_on and not wal_room(core, WAL_SHORT, 0):
+        return 0
+    job_unlink(core, j)
+    j.kick_ct += 1
+    if core.wal_on:
+        j.state = JOB_READY
+        wal_record(core, j, False)
+    job_make_ready(core, j)
+    return 1
+
+
+cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
+    # Do what is due at `now`: delays end, pauses end, TTRs run out, reserve
+    # timeouts and DEADLINE_SOON margins arrive. At most `budget` jobs or
+    # connections; returns how many were handled.
+    cdef Tube *t
+    cdef Job *j
+    cdef ConnTimer *ct
+    cdef Conn c
+    cdef Py_ssize_t done = 0
+    while core.tube_timers.len and done < budget:
+        t = <Tube *>core.tube_timers.items[0]
+        if t.timer_at > now:
+            break
+        while t.delay.len and done < budget:
+            j = <Job *>t.delay.items[0]
+            if j.deadline > now:
+                break
+            job_unlink(core, j)
+            job_make_ready(core, j)
+            done += 1
+        if t.pause_ns and t.unpause_at <= now:
+            t.pause_ns = 0
+            tube_update(core, t)
+            if core.neligible:
+                process_queue(core)
+        tube_retime(core, t)
+    while core.ttr_heap.len and done < budget:
+        j = <Job *>core.ttr_heap.items[0]
+        if j.deadline > now:
+            break
+        c = <Conn>j.owner
+        job_unlink(core, j)
+        j.timeout_ct += 1
+        core.job_timeouts += 1
+        job_make_ready(core, j)
+        if c.wait == WAIT_JOB:
+            conn_retime(core, c, now)
+        done += 1
+    while core.conn_timers.len and done < budget:
+        ct = <ConnTimer *>core.conn_timers.items[0]
+        if ct.at > now:
+            break
+        c = <Conn>ct.conn
+        heap_remove(&core.conn_timers, 0)
+        done += 1
+        if c.wait != WAIT_JOB:
+            continue
+        if deadline_soon(c, now):
+            waiting_remove(core, c)
+            out_text(c, MSG_DEADLINE_SOON)
+            conn_touched(core, c)
+        elif c.timeout_at >= 0 and now >= c.timeout_at:
+            waiting_remove(core, c)
+            out_text(c, MSG_TIMED_OUT)
+            conn_touched(core, c)
+        else:
+            conn_retime(core, c, now)
+    return done
+
+
+cdef int64_t next_deadline(Core core) noexcept:
+    # mono ns of the soonest timer (0: now, to trim memory), INT64_MAX if none
+    cdef int64_t at = INT64_MAX
+    cdef int64_t x
+    if core.trim_due:
+        return 0
+    if core.tube_timers.len:
+        at = (<Tube *>core.tube_timers.items[0]).timer_at
+    if core.ttr_heap.len:
+        x = (<Job *>core.ttr_heap.items[0]).deadline
+        if x < at:
+            at = x
+    if core.conn_timers.len:
+        x = (<ConnTimer *>core.conn_timers.items[0]).at
+        if x < at:
+            at = x
+    return at

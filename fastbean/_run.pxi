@@ -1,0 +1,159 @@
+# Running a connection: its buffered commands, until it blocks, runs dry or
+# uses up its share of the turn, then its replies in one write. Fair turns:
+# which connection runs now and which waits for the end of the loop turn.
+# And what follows every piece of work (settle): connections that got output
+# meanwhile are flushed, the timer is re-armed.
+
+cdef enum:
+    # Bytes of put bodies one connection may add per run; the rest waits a
+    # turn. Otherwise a producer pipelining big bodies outruns its consumers
+    # by the depth of its pipeline every turn, and the queue (and RSS)
+    # balloons under a load beanstalkd keeps balanced.
+    BODY_BUDGET = 65536
+
+
+ctypedef struct TurnSlot:
+    uint64_t served
+    PyObject *conn
+
+
+cdef int _slot_cmp(const void *a, const void *b) noexcept nogil:
+    cdef uint64_t x = (<const TurnSlot *>a).served
+    cdef uint64_t y = (<const TurnSlot *>b).served
+    return (x > y) - (x < y)
+
+
+cdef inline void run_later(Conn c):
+    # ask the loop to run c again on its next turn (once)
+    if not c.later_pending:
+        c.later_pending = True
+        c.later_cb()
+
+
+cdef int conn_run(Core core, Conn c) except -1:
+    # Execute c's buffered commands until it blocks, runs dry or uses
+    # up its batch; then write everything it has to say in one call.
+    cdef Cmd cmd
+    cdef int n = 0
+    cdef Py_ssize_t body_bytes = 0
+    if c.in_run:
+        return 0
+    c.in_run = True
+    try:
+        if c.wait == WAIT_KICK and not conn_released(c):
+            kick_more(core, c)
+        while c.wait == WAIT_NONE and not conn_released(c) and c.writable:
+            if n >= core.batch_limit or body_bytes >= BODY_BUDGET:
+                run_later(c)
+                break
+            if not c.parser.next(&cmd):
+                if c.state == CONN_EOF:
+                    c.state = CONN_QUIT
+                break
+            if cmd.op == OP_PUT_BODY and cmd.body != NULL:
+                body_bytes += PyBytes_GET_SIZE(<bytes>cmd.body)
+            dispatch(core, c, &cmd)
+            n += 1
+            if DEBUG_BUILD:
+                debug_check(core)
+    finally:
+        c.in_run = False
+    core.served += 1
+    c.served = core.served
+    flush(c)
+    if c.state == CONN_QUIT:
+        conn_release(core, c)
+        if c.held:
+            c.state = CONN_CLOSING        # after the binlog commit lets its replies out
+        else:
+            c.close_cb()
+    elif not conn_released(c):
+        update_reading(c)
+    return 0
+
+
+cdef int flush_dirty(Core core) except -1:
+    cdef Conn c
+    while core.dirty:
+        c = core.dirty.pop()
+        c.dirty = False
+        conn_run(core, c)
+    return 0
+
+
+cdef int rearm(Core core) except -1:
+    # Ask the Python layer for an earlier wake-up if something new is due
+    # before the one already armed.
+    cdef int64_t at = next_deadline(core)
+    cdef int64_t now
+    if at < core.armed_at:
+        core.armed_at = at
+        if core.arm is not None:
+            now = mono_ns()
+            core.arm(0.0 if at <= now else (at - now) / 1e9)
+    return 0
+
+
+cdef int settle(Core core) except -1:
+    # The end of every piece of work (a read, a timer, a turn): run the
+    # connections it gave output to, then make sure the timer will fire
+    # for whatever it scheduled.
+    if core.dirty:
+        flush_dirty(core)
+    return rearm(core)
+
+
+cdef int conn_feed(Core core, Conn c, object data) except -1:
+    # Bytes from one read. A connection served in the last loop turn, which
+    # served others too, waits for the end of this one (end_turn), so the
+    # ones that waited longer go first; otherwise it runs now.
+    core.reads += 1
+    if core.sleeping:
+        core.sleeping = False
+        core.on_wake()
+    c.parser.feed(data)
+    if not core.turn_asked:
+        core.turn_asked = True
+        if not core.polling and core.turn_soon is not None:
+            core.turn_soon()            # (else the poller's next look runs it)
+    if c.in_turn or (c.served > core.last_turn_start
+                     and core.turn_start - core.last_turn_start > 1):
+        if not c.in_turn:
+            c.in_turn = True
+            core.turn.append(c)
+        return 0
+    conn_run(core, c)
+    return settle(core)
+
+
+cdef int end_turn(Core core) except -1:
+    # The held-back connections run, the one served longest ago first (epoll
+    # lists the sockets it reported last time first, so running reads in
+    # the order they come would serve a few clients again and again).
+    cdef list turn = core.turn      # keeps the connections alive meanwhile
+    cdef Py_ssize_t i, n = len(turn)
+    cdef TurnSlot *order
+    cdef Conn c
+    core.turn = []
+    core.turn_asked = False
+    order = <TurnSlot *>malloc(n * sizeof(TurnSlot)) if n else NULL
+    if n and order == NULL:
+        raise MemoryError()
+    for i in range(n):
+        c = <Conn>turn[i]
+        order[i].served = c.served
+        order[i].conn = <PyObject *>c
+    if n > 1:
+        qsort(order, n, sizeof(TurnSlot), _slot_cmp)
+    try:
+        for i in range(n):
+            c = <Conn>order[i].conn
+            if not conn_released(c):
+                conn_run(core, c)
+    finally:
+        for i in range(n):          # if a run raised, the rest wait for their next read
+            (<Conn>order[i].conn).in_turn = False
+        free(order)
+    core.last_turn_start = core.turn_start
+    core.turn_start = core.served
+    return 0

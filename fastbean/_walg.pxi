@@ -1,0 +1,268 @@
+# The binlog as the engine keeps it: records appended for binlog.py to
+# write, the space of the current file (it always keeps room for a delete
+# record of every live job, so a full disk refuses puts but never deletes),
+# which file holds each job's latest full record (a file goes once it and
+# every older one hold none; migration moves the stragglers forward), jobs
+# read back by replay, and replies held until their records are durable.
+
+
+cdef int wal_put(Core core, const char *p, Py_ssize_t n) except -1:
+    cdef Py_ssize_t have = PyByteArray_GET_SIZE(core.wba)
+    PyByteArray_Resize(core.wba, have + n)
+    memcpy(PyByteArray_AS_STRING(core.wba) + have, p, n)
+    core.wal_used += n
+    if not core.commit_asked:
+        core.commit_asked = True
+        core.binlog.schedule()
+    return 0
+
+
+cdef int wal_record(Core core, Job *j, bint full) except -1:
+    # Append j's record: full (put, migration) or short (every update).
+    # The caller has made sure the current file has room (wal_room).
+    cdef Jobrec rec
+    cdef int32_t namelen = 0
+    cdef bytes name
+    rec_fill(j, &rec, mono_ns(), wall_ns())
+    if full:
+        name = <bytes>j.tube.name
+        namelen = <int32_t>PyBytes_GET_SIZE(name)
+        wal_put(core, <char *>&namelen, 4)
+        wal_put(core, PyBytes_AS_STRING(name), namelen)
+        wal_put(core, <char *>&rec, sizeof(Jobrec))
+        wal_put(core, PyBytes_AS_STRING(<bytes>j.body), rec.body_size)
+        wal_disown(core, j)
+        wal_own(core, j)
+    else:
+        wal_put(core, <char *>&namelen, 4)
+        wal_put(core, <char *>&rec, sizeof(Jobrec))
+    core.wal_written += 1
+    core.wal_seq += 1
+    return 0
+
+
+cdef bint wal_room(Core core, int64_t now_bytes, int64_t extra_resv) except -1:
+    # Room in the current file for now_bytes more, while still keeping
+    # every live job's delete record (wal_resv) plus extra_resv. If there
+    # is none, binlog.py starts a new preallocated file; False when the
+    # disk cannot give one (the caller answers with an error).
+    cdef int64_t cap
+    if core.wal_cap - core.wal_used - now_bytes >= core.wal_resv + extra_resv:
+        return True
+    cap = core.binlog.rotate(now_bytes + extra_resv + core.wal_resv)
+    if cap <= 0:
+        return False
+    return core.wal_cap - core.wal_used - now_bytes >= core.wal_resv + extra_resv
+
+
+cdef void wal_own(Core core, Job *j) noexcept:
+    # j's latest full record is now in the current file.
+    cdef WalFile *f = &core.wfiles[core.nwfiles - 1]
+    j.wal_file = f.seq
+    list_push_front(&f.jobs, j, LINK_WAL)
+    f.njobs += 1
+    core.wal_live += wal_full_size(j)
+
+
+cdef void wal_disown(Core core, Job *j) noexcept:
+    cdef WalFile *f
+    if j.wal_file == 0:
+        return
+    f = &core.wfiles[j.wal_file - core.wfiles[0].seq]
+    list_remove(&f.jobs, j, LINK_WAL)
+    f.njobs -= 1
+    core.wal_live -= wal_full_size(j)
+    j.wal_file = 0
+
+
+cdef int wal_file_add(Core core, int64_t seq, int64_t cap, int64_t used) except -1:
+    # binlog.<seq> is the current file now: cap bytes allocated, used written.
+    cdef WalFile *f
+    if vec_grow(<void **>&core.wfiles, &core.capwfiles, core.nwfiles + 1, sizeof(WalFile)) < 0:
+        raise MemoryError()
+    f = &core.wfiles[core.nwfiles]
+    f.seq = seq
+    f.njobs = 0
+    f.jobs.head = f.jobs.tail = NULL
+    core.nwfiles += 1
+    core.wal_cap = cap
+    core.wal_used = used
+    return 0
+
+
+cdef list wal_collect(Core core):
+    # Forget the oldest files no live job needs; their numbers.
+    gone = []
+    while core.nwfiles > 1 and core.wfiles[0].njobs == 0:
+        gone.append(core.wfiles[0].seq)
+        memmove(core.wfiles, core.wfiles + 1, (core.nwfiles - 1) * sizeof(WalFile))
+        core.nwfiles -= 1
+    return gone
+
+
+cdef Py_ssize_t wal_migrate(Core core, Py_ssize_t limit) except -1:
+    # Re-log up to `limit` jobs of the oldest file into the current one.
+    cdef Py_ssize_t n = 0
+    cdef Job *j
+    while n < limit and core.nwfiles > 1 and core.wfiles[0].jobs.head != NULL:
+        j = core.wfiles[0].jobs.head
+        if not wal_room(core, wal_full_size(j), 0):
+            break
+        wal_record(core, j, True)
+        core.wal_migrated += 1
+        n += 1
+    return n
+
+
+# -- replies held until durable -------------------------------------------------------
+
+cdef int release_held(Core core) except -1:
+    # Let out the replies whose records are now durable, in order per connection.
+    cdef Conn c
+    if not core.held:
+        return 0
+    held = core.held
+    core.held = []
+    for c in held:
+        if c.wal_need > core.durable_seq:
+            core.held.append(c)
+            continue
+        c.held = False
+        flush(c)
+        if c.state == CONN_CLOSING:
+            c.state = CONN_CLOSED
+            c.close_cb()
+    return 0
+
+
+cdef int fail_held(Core core, uint64_t seq) except -1:
+    # Records up to seq may not be on disk: hang up on the connections whose
+    # replies wait on them, without those replies.
+    cdef Conn c
+    held = core.held
+    core.held = []
+    for c in held:
+        if c.wal_need > seq:
+            core.held.append(c)
+            continue
+        c.held = False
+        c.lost = True               # this output and any later goes nowhere
+        _out_drop(c)
+        if c.state == CONN_CLOSING:
+            c.state = CONN_CLOSED
+        c.close_cb()
+    if seq > core.durable_seq:
+        core.durable_seq = seq
+    return 0
+
+
+# -- replay -------------------------------------------------------------------------
+
+cdef tuple wal_replay(Core core, object data, int64_t seq):
+    # Apply the records of binlog.<seq>: (records applied, bytes not applied,
+    # reason or None). A zero-filled tail is unused preallocation, not loss.
+    cdef const char *p
+    cdef Py_ssize_t n, pos, size, k
+    cdef int32_t namelen
+    cdef Jobrec rec
+    cdef Py_ssize_t count = 0
+    cdef const char *name
+    cdef const char *body
+    cdef int signed = -1
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    p = PyBytes_AS_STRING(data)
+    n = PyBytes_GET_SIZE(data)
+    wal_file_add(core, seq, 0, 0)
+    reason = header_check(p, n)
+    if reason is not None or n < WAL_HEADER:
+        return (0, n, reason)
+    pos = WAL_HEADER
+    while pos + 4 <= n:
+        reason = rec_read(p, n, pos, &signed, &rec, &name, &namelen, &body, &size)
+        if reason is not None or size == 0:
+            break
+        reason = _replay_apply(core, &rec, name, namelen, body)
+        if reason is not None:
+            break
+        count += 1
+        pos += size
+    if reason is None:
+        # whatever follows the last record must be preallocated zeros
+        for k in range(pos, n):
+            if p[k] != 0:
+                reason = "garbage after the last record"
+                break
+        else:
+            return (count, 0, None)
+    return (count, n - pos, reason)
+
+
+cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t namelen,
+                          const char *body):
+    cdef Job *j = job_find(core, rec.id)
+    cdef Tube *t
+    if rec.id > core.replay_max_id:
+        core.replay_max_id = rec.id
+    if j == NULL:
+        if namelen == 0 or rec.state == JOB_INVALID:
+            return None             # its full record was in a file already gone
+        t = tube_get(core, name, namelen, True)
+        j = job_new(core, rec.id, rec.pri, rec.delay, rec.ttr, t,
+                    PyBytes_FromStringAndSize(body, rec.body_size))
+        mem_charge(core, rec.body_size + JOB_OVERHEAD)
+        list_push_back(&core.replayed, j, LINK_STATE)
+    elif rec.state == JOB_INVALID:
+        list_remove(&core.replayed, j, LINK_STATE)
+        wal_disown(core, j)
+        job_free(core, j)
+        return None
+    elif namelen:
+        if job_size(j) != rec.body_size:
+            return "job %d changed size" % rec.id
+        body_obj = PyBytes_FromStringAndSize(body, rec.body_size)
+        Py_DECREF(<object>j.body)
+        j.body = <PyObject *>body_obj
+        Py_INCREF(body_obj)
+    j.pri = rec.pri
+    j.delay_ns = rec.delay
+    j.ttr_ns = rec.ttr
+    j.created_wall = rec.created_at
+    j.deadline = rec.deadline_at          # wall ns until replay_finish
+    j.reserve_ct = rec.reserve_ct
+    j.timeout_ct = rec.timeout_ct
+    j.release_ct = rec.release_ct
+    j.bury_ct = rec.bury_ct
+    j.kick_ct = rec.kick_ct
+    j.state = rec.state
+    if namelen:
+        wal_disown(core, j)
+        wal_own(core, j)
+    return None
+
+
+cdef Py_ssize_t wal_replay_finish(Core core) except -1:
+    # Put the replayed jobs where their states say, in order of first
+    # appearance; reserved ones come back ready.
+    cdef int64_t mono = mono_ns()
+    cdef int64_t wall = wall_ns()
+    cdef Job *j
+    cdef Py_ssize_t count = 0
+    cdef uint8_t state
+    while core.replayed.head != NULL:
+        j = core.replayed.head
+        list_remove(&core.replayed, j, LINK_STATE)
+        state = j.state
+        j.state = JOB_INVALID
+        if state == JOB_DELAYED and j.deadline > wall:
+            job_make_delayed(core, j, j.deadline - wall + mono)
+        elif state == JOB_BURIED:
+            job_bury(core, j)
+            j.bury_ct -= 1              # a restart is not a bury
+        else:
+            job_make_ready(core, j)
+        count += 1
+    core.wal_resv = WAL_SHORT * core.jobs.count
+    if core.replay_max_id >= core.next_id:
+        core.next_id = core.replay_max_id + 1
+    return count
