@@ -3,7 +3,7 @@
 The parser is driven through its Python test API (Parser().parse, which also
 builds a tuple per command, so its numbers include that), the engine
 through Conn.feed with a fake transport that keeps the reply chunks by
-reference, and whose later() callback is honoured by calling run_later() until
+reference, and whose again() callback is honoured by calling Conn.again() until
 the engine stops asking (batches over batch_limit, kicks over KICK_BATCH).
 Every benchmark checks its replies, so a broken engine cannot post a fast time.
 
@@ -18,9 +18,11 @@ import time
 
 import pytest
 
-from fastbean._core import Core
+from fastbean._core import Core, tune_malloc
 from fastbean._parser import Parser
 from tests.servers import EngineClient as Client
+
+tune_malloc()                               # as the server does at start-up
 
 BODY = b"b" * 100
 PUT = b"put 0 0 60 100\r\n" + BODY + b"\r\n"

@@ -54,7 +54,7 @@ cdef int cmd_put_body(Core core, Conn c, Cmd *cmd) except -1:
     cdef Py_ssize_t cost = c.put_cost
     cdef Job *j
     c.put_cost = 0
-    if cmd.err != ERR_NONE or core.draining:
+    if cmd.err != ERR_NONE or core.drain_mode:
         mem_refund(core, cost)
         if cmd.body != NULL:
             Py_DECREF(<object>cmd.body)
@@ -216,7 +216,7 @@ cdef int kick_more(Core core, Conn c) except -1:
         n += 1
     if c.kick_left:
         c.wait = WAIT_KICK
-        run_later(c)
+        ask_again(c)
         return 0
     c.wait = WAIT_NONE
     return out_u64(c, MSG_KICKED_N, c.kick_done)

@@ -17,12 +17,12 @@ cdef void _timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<ConnTimer *>a).index = i
 
 
-cdef Conn conn_new(Core core, object set_reading, object later):
+cdef Conn conn_new(Core core, object set_reading, object again):
     cdef Conn c = Conn.__new__(Conn)
     c.core = core
     c.parser = Parser()
     c.reading_cb = set_reading
-    c.later_cb = later
+    c.again_cb = again
     c.chunks = []
     c.writable = True
     c.timeout_at = -1
@@ -144,9 +144,9 @@ cdef void update_reading(Conn c):
     cdef Py_ssize_t buffered = c.parser.buffered()
     cdef bint want
     if c.reading_paused:
-        want = buffered < READ_LOW and c.writable and not c.later_pending
+        want = buffered < READ_LOW and c.writable and not c.again_pending
     else:
-        want = buffered < READ_HIGH and c.writable and not c.later_pending
+        want = buffered < READ_HIGH and c.writable and not c.again_pending
     if want == c.reading_paused:
         c.reading_paused = not want
         c.reading_cb(want)

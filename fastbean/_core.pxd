@@ -197,7 +197,6 @@ cdef class Core:
     cdef Heap ttr_heap
     cdef Heap conn_timers
     cdef int64_t armed_at         # mono ns the Python timer is armed for; INT64_MAX if none
-    cdef object arm               # arm(delay_seconds) re-arms the Python timer
 
     # Tubes that have both ready jobs and waiting connections and are not paused.
     cdef Tube **eligible
@@ -215,13 +214,13 @@ cdef class Core:
     cdef uint64_t total_conns
 
     # Limits and modes.
-    cdef public Py_ssize_t max_job_size
-    cdef public bint draining
-    cdef public Py_ssize_t max_memory      # bytes of jobs; 0 = no cap
-    cdef public Py_ssize_t mem_used        # bytes of jobs held now
+    cdef Py_ssize_t max_job_size
+    cdef bint drain_mode                   # SIGUSR1: put answers DRAINING
+    cdef Py_ssize_t max_memory             # bytes of jobs; 0 = no cap
+    cdef Py_ssize_t mem_used               # bytes of jobs held now
     cdef Py_ssize_t mem_peak               # most job bytes held since the last malloc_trim
     cdef bint trim_due                     # a backlog drained: trim on the next tick
-    cdef public int batch_limit            # commands per connection per run
+    cdef int batch_limit                   # commands per connection per run
 
     # Identity for stats.
     cdef int64_t started_mono
@@ -250,23 +249,19 @@ cdef class Core:
     cdef JobList replayed             # jobs read by replay, in order of first appearance
     cdef uint64_t replay_max_id
 
-    # Busy polling: busypoll.py keeps its state here (fastbean-stats shows it).
-    # reads counts feeds; the first read after the poller let the loop sleep
-    # calls on_wake.
-    cdef public uint64_t reads
-    cdef public bint sleeping
-    cdef public object on_wake
-    cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
-    cdef public bint polling          # a poller's look is queued: it ends the turn too
-
     # Fair turns (_run.pxi): a read from a connection served in the last
-    # loop turn waits for the end of this one. turn_soon() asks the loop for
-    # that call; without a loop (in-process tests) the caller makes it.
+    # loop turn waits for the end of this one (Core.end_turn).
     cdef list turn                    # connections held back this turn
-    cdef public bint turn_asked       # the turn's end is due (busypoll.py may run it)
-    cdef public object turn_soon
+    cdef bint turn_asked              # end_turn_soon() called; end_turn() not yet
     cdef uint64_t served              # runs so far: each run stamps its connection
     cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began
+
+    # Hooks, given once at construction. None of them calls back into the
+    # engine before it returns (debug builds check: _check.pxi).
+    cdef object arm                   # arm(delay_seconds): re-arm the loop timer
+    cdef object end_turn_soon         # end_turn_soon(): have end_turn() called once this
+                                      # loop turn's reads are in (server.py, busypoll.py)
+    cdef object ext_stats             # ext_stats() -> bytes: more fastbean-stats lines (busypoll.py)
 
 
 # A connection's lifecycle. Released = its reservations, watches and use are
@@ -293,7 +288,7 @@ cdef class Conn:
     cdef object writelines            # transport.writelines
     cdef object close_cb              # closes the transport once output is flushed
     cdef object reading_cb            # reading_cb(bool): pause/resume reading
-    cdef object later_cb              # later_cb(): run this connection again next loop turn
+    cdef object again_cb              # again_cb(): have Conn.again() called next loop turn
 
     cdef ConnState state
     cdef ConnWait wait
@@ -312,7 +307,7 @@ cdef class Conn:
     cdef bint held                    # output waits in core.held until durable_seq >= wal_need
     cdef uint64_t wal_need            # the records its held output confirms
     cdef bint writable                # False while the transport's buffer is over its high mark
-    cdef bint reading_paused, later_pending
+    cdef bint reading_paused, again_pending
     cdef bint in_turn                 # in core.turn
     cdef uint64_t served              # core.served when it last ran
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none

@@ -3,6 +3,8 @@
 
 import os
 
+from fastbean.config import BATCH_LIMIT, DEFAULT_BINLOG_SIZE, DEFAULT_MAX_JOB_SIZE
+
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MAX
 from libc.stdlib cimport malloc, calloc, free, qsort
 from libc.string cimport memcpy, memset, memmove
@@ -69,8 +71,14 @@ cdef class Core:
         heap_init(&self.ttr_heap, _deadline_less, _job_setpos)
         heap_init(&self.conn_timers, _timer_less, _timer_setpos)
 
-    def __init__(self, *, max_job_size=65535, max_memory=0, version=b"0.0",
-                 batch_limit=1024, binlog_max_size=10485760, arm=None):
+    def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
+                 batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
+                 arm=None, end_turn_soon=None, ext_stats=None):
+        """Limits as the command line sets them, and the hooks (see _core.pxd):
+        arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
+        end_turn() called once the loop turn's reads are in; ext_stats()
+        returns more fastbean-stats lines. Without hooks (in-process tests)
+        the caller calls tick() and end_turn() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
         self.tube_by_name = {}
@@ -78,11 +86,12 @@ cdef class Core:
         self.max_job_size = max_job_size
         self.max_memory = max_memory or 0
         self.batch_limit = batch_limit
-        self.draining = False
+        self.drain_mode = False
         self.armed_at = INT64_MAX
         self.arm = arm
+        self.end_turn_soon = end_turn_soon
+        self.ext_stats = ext_stats
         self.started_mono = mono_ns()
-        tune_malloc()
         self.instance_id = os.urandom(8).hex().encode()
         u = os.uname()
         self.hostname = u.nodename.encode()
@@ -93,7 +102,6 @@ cdef class Core:
         self.wba = bytearray()
         self.held = []
         self.binlog = None
-        self.sleeping = False      # until a poller sets it: nothing to wake
         self.turn = []
         self.default_tube = tube_get(self, b"default", 7, True)
         tube_incref(self.default_tube)        # default is never freed
@@ -110,19 +118,19 @@ cdef class Core:
 
     # -- connections and turns --------------------------------------------------
 
-    def connect(self, set_reading, later):
+    def connect(self, set_reading, again):
         """A new client: set_reading(bool) pauses or resumes reading its socket,
-        later() calls its run_later() on the next loop turn. Conn.attach()
+        again() has its again() called on the next loop turn. Conn.attach()
         gives it the transport before any bytes arrive."""
-        return conn_new(self, set_reading, later)
+        return conn_new(self, set_reading, again)
 
-    def run_turn(self):
+    def end_turn(self):
         """The end of a loop turn that read something: the connections held
         back for fairness run (see _run.pxi), then one binlog commit and one
         timer update for the whole turn."""
-        if not self.turn_asked:         # the poller ran it already
+        if not self.turn_asked:         # ended already
             return
-        end_turn(self)
+        turn_finish(self)
         if self.commit_asked and self.commit_eager:
             self.binlog.commit()
         settle(self)
@@ -152,7 +160,12 @@ cdef class Core:
     # -- state ---------------------------------------------------------------------
 
     def set_draining(self):
-        self.draining = True
+        """SIGUSR1: from now on put answers DRAINING."""
+        self.drain_mode = True
+
+    @property
+    def draining(self):
+        return self.drain_mode
 
     def check(self):
         """Walk every structure and raise AssertionError on any inconsistency.
@@ -256,9 +269,9 @@ cdef class Conn:
             return
         conn_feed(self.core, self, data)
 
-    def run_later(self):
-        """The batch left over from an earlier turn."""
-        self.later_pending = False
+    def again(self):
+        """Run the commands left over from an earlier turn (its batch was used up)."""
+        self.again_pending = False
         if conn_released(self):
             return
         conn_run(self.core, self)

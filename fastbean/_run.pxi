@@ -23,11 +23,11 @@ cdef int _slot_cmp(const void *a, const void *b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-cdef inline void run_later(Conn c):
+cdef inline void ask_again(Conn c):
     # ask the loop to run c again on its next turn (once)
-    if not c.later_pending:
-        c.later_pending = True
-        c.later_cb()
+    if not c.again_pending:
+        c.again_pending = True
+        c.again_cb()
 
 
 cdef int conn_run(Core core, Conn c) except -1:
@@ -44,7 +44,7 @@ cdef int conn_run(Core core, Conn c) except -1:
             kick_more(core, c)
         while c.wait == WAIT_NONE and not conn_released(c) and c.writable:
             if n >= core.batch_limit or body_bytes >= BODY_BUDGET:
-                run_later(c)
+                ask_again(c)
                 break
             if not c.parser.next(&cmd):
                 if c.state == CONN_EOF:
@@ -106,16 +106,13 @@ cdef int settle(Core core) except -1:
 cdef int conn_feed(Core core, Conn c, object data) except -1:
     # Bytes from one read. A connection served in the last loop turn, which
     # served others too, waits for the end of this one (end_turn), so the
-    # ones that waited longer go first; otherwise it runs now.
-    core.reads += 1
-    if core.sleeping:
-        core.sleeping = False
-        core.on_wake()
+    # ones that waited longer go first; otherwise it runs now. Without
+    # end_turn_soon (in-process tests) the caller calls end_turn itself.
     c.parser.feed(data)
     if not core.turn_asked:
         core.turn_asked = True
-        if not core.polling and core.turn_soon is not None:
-            core.turn_soon()            # (else the poller's next look runs it)
+        if core.end_turn_soon is not None:
+            core.end_turn_soon()
     if c.in_turn or (c.served > core.last_turn_start
                      and core.turn_start - core.last_turn_start > 1):
         if not c.in_turn:
@@ -126,7 +123,7 @@ cdef int conn_feed(Core core, Conn c, object data) except -1:
     return settle(core)
 
 
-cdef int end_turn(Core core) except -1:
+cdef int turn_finish(Core core) except -1:
     # The held-back connections run, the one served longest ago first (epoll
     # lists the sockets it reported last time first, so running reads in
     # the order they come would serve a few clients again and again).

@@ -52,7 +52,7 @@ cdef bytes stats_yaml(Core core):
         b"binlog-records-migrated: %d" % core.wal_migrated,
         b"binlog-records-written: %d" % core.wal_written,
         b"binlog-max-size: %d" % core.binlog_max_size,
-        b"draining: %s" % (b"true" if core.draining else b"false"),
+        b"draining: %s" % (b"true" if core.drain_mode else b"false"),
         b"id: %s" % core.instance_id,
         b"hostname: %s" % core.hostname,
         b"os: %s" % core.os_version,
@@ -113,8 +113,5 @@ cdef bytes ext_yaml(Core core):
         b"memory-used: %d\n" % core.mem_used,
         b"current-jobs: %d\n" % core.jobs.count,
         b"job-table-buckets: %d\n" % table_buckets(&core.jobs),
-        b"busy-poll-max-us: %d\n" % (core.poll_max_ns // 1000),
-        b"busy-poll-window-us: %d\n" % (core.poll_window_ns // 1000),
-        b"busy-poll-idle-seconds: %d.%06d\n" % (core.poll_idle_ns // SEC,
-                                                 core.poll_idle_ns % SEC // 1000),
+        b"" if core.ext_stats is None else core.ext_stats(),
     ])

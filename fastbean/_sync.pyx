@@ -116,7 +116,7 @@ cdef struct State:
     bint stopping
 
 
-cdef void *run(void *arg) noexcept nogil:
+cdef void *sync_main(void *arg) noexcept nogil:
     cdef State *s = <State *>arg
     cdef int fd, rc, err
     cdef uint64_t seq, one = 1
@@ -153,7 +153,7 @@ cdef class SyncThread(Worker):
             raise OSError(errno, "eventfd failed")
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
-        self._start(run, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "fsync")
+        self._start(sync_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "fsync")
 
     def fileno(self):
         """The eventfd that becomes readable when a sync has finished."""
@@ -232,7 +232,7 @@ cdef struct FillState:
     bint stopping
 
 
-cdef void *fill_run(void *arg) noexcept nogil:
+cdef void *fill_main(void *arg) noexcept nogil:
     cdef FillState *s = <FillState *>arg
     cdef int64_t start, stop, pos
     cdef ssize_t n
@@ -287,7 +287,7 @@ cdef class ZeroFill(Worker):
             raise MemoryError()
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
-        self._start(fill_run, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "zero-fill")
+        self._start(fill_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "zero-fill")
 
     def file(self, int fd, int64_t used, int64_t end):
         """Fill the new current file, open as fd (its own open file, which the

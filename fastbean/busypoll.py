@@ -18,57 +18,83 @@ import time
 START_NS = 5_000        # the smallest window worth polling for
 
 
-class BusyPoll:
-    """Drives the polling of one loop; its state lives on the engine, for fastbean-stats."""
+def stats_lines(max_ns=0, window_ns=0, idle_ns=0):
+    """fastbean-stats' busy-poll lines (all zeros without a poller)."""
+    return b"busy-poll-max-us: %d\nbusy-poll-window-us: %d\nbusy-poll-idle-seconds: %d.%06d\n" % (
+        max_ns // 1000, window_ns // 1000, idle_ns // 1_000_000_000, idle_ns % 1_000_000_000 // 1000)
 
-    def __init__(self, loop, core, max_us):
+
+class BusyPoll:
+    """Polls one loop and owns the state of it. The engine calls turn_soon()
+    at the first read of every loop turn (its end_turn_soon hook): a read
+    after the loop slept wakes the poller, and while it polls, its looks end
+    the turns instead of a loop callback each."""
+
+    def __init__(self, loop, max_us, end_turn):
         self._loop = loop
-        self._core = core
-        self._seen = 0          # core.reads at the last look
-        self._deadline = 0      # stop polling then, unless a read comes first
-        self._looked = 0        # time of the last look
+        self._end_turn = end_turn   # ends a loop turn (Server.end_turn)
+        self.max_ns = max_us * 1000
+        self.window_ns = 0          # how long a look waits for the next read now
+        self.idle_ns = 0            # time spent polling with no read coming
+        self._sleeping = True       # the loop may sleep: the next read wakes the poller
+        self._polling = False       # a look is queued; it ends the turn too
+        self._turn_due = False      # a turn with reads has not ended yet (while polling)
+        self._turns = 0             # loop turns that read something
+        self._seen = 0              # _turns at the last look
+        self._deadline = 0          # stop polling then, unless a read comes first
+        self._looked = 0            # time of the last look
         self._slept_at = time.monotonic_ns()
-        core.poll_max_ns = max_us * 1000
-        core.poll_window_ns = 0
-        core.on_wake = self._wake
-        core.sleeping = True
+
+    def stats(self):
+        return stats_lines(self.max_ns, self.window_ns, self.idle_ns)
+
+    def turn_soon(self):
+        """A read started a loop turn: have the turn ended, by the next look
+        while polling, else by a loop callback."""
+        self._turns += 1
+        if self._sleeping:
+            self._wake()
+        if self._polling:
+            self._turn_due = True
+        else:
+            self._loop.call_soon(self._end_turn)
 
     def _wake(self):
-        # The engine calls this at the first read after the loop slept.
-        core = self._core
+        # The first read after the loop slept.
+        self._sleeping = False
         now = time.monotonic_ns()
         slept = now - self._slept_at
-        window = core.poll_window_ns
-        if slept <= core.poll_max_ns:
+        window = self.window_ns
+        if slept <= self.max_ns:
             if window < slept:
-                window = min(core.poll_max_ns, max(START_NS, 2 * window, slept + slept // 4))
+                window = min(self.max_ns, max(START_NS, 2 * window, slept + slept // 4))
         else:
             window //= 2
             if window < START_NS:
                 window = 0
-        core.poll_window_ns = window
+        self.window_ns = window
         if window == 0:
             self._sleep(now)
             return
-        self._seen = core.reads
+        self._seen = self._turns
         self._deadline = self._looked = now
         self._deadline += window
         # A pending callback makes uvloop poll without blocking.
-        core.polling = True
+        self._polling = True
         self._loop.call_soon(self._poll)
 
     def _poll(self):
         # Once per loop turn while polling: end the turn's reads (the engine
         # then need not ask the loop for a call of its own), then look again.
-        core = self._core
-        if core.turn_asked:
-            core.run_turn()
+        if self._turn_due:
+            self._turn_due = False
+            self._end_turn()
         now = time.monotonic_ns()
-        if core.reads != self._seen:
-            self._seen = core.reads
-            self._deadline = now + core.poll_window_ns
+        if self._turns != self._seen:
+            self._seen = self._turns
+            self._deadline = now + self.window_ns
         else:
-            core.poll_idle_ns += now - self._looked
+            self.idle_ns += now - self._looked
             if now >= self._deadline:
                 self._sleep(now)
                 return
@@ -77,5 +103,5 @@ class BusyPoll:
 
     def _sleep(self, now):
         self._slept_at = now
-        self._core.sleeping = True
-        self._core.polling = False
+        self._sleeping = True
+        self._polling = False

@@ -10,7 +10,7 @@ import signal
 import sys
 
 from fastbean import __version__
-from fastbean.config import HANDLED_SIGNALS, MAX_BUSY_POLL_US, MAX_JOB_SIZE_LIMIT, Config
+from fastbean.config import DEFAULT_FSYNC_MS, HANDLED_SIGNALS, MAX_BUSY_POLL_US, MAX_JOB_SIZE_LIMIT, Config
 from fastbean.errors import ConfigError
 
 log = logging.getLogger("fastbean")
@@ -69,7 +69,7 @@ def parse_args(argv):
     returns None when the job is done (-h, -v)."""
     opts = {}
     verbosity = 0
-    fsync, fsync_ms = True, 50
+    fsync, fsync_ms = True, DEFAULT_FSYNC_MS
     args = list(argv)
     i = 0
     while i < len(args):
@@ -173,7 +173,7 @@ def main(argv=None):
         return e.status
 
     from fastbean import server        # asyncio, uvloop and the engine: after binding
-    return server.run(config, listeners)
+    return server.main(config, listeners)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ from typing import Optional
 DEFAULT_PORT = "11300"
 DEFAULT_MAX_JOB_SIZE = 65535
 MAX_JOB_SIZE_LIMIT = 1 << 30          # beanstalkd caps -z here
+BACKLOG = 1024                         # listen() backlog, as beanstalkd's
 DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
 DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
 MAX_BUSY_POLL_US = 1_000_000
+BATCH_LIMIT = 1024                     # commands one connection runs before others get a turn
+TICK_BUDGET = 2048                     # jobs or connections one timer callback handles (see server.py)
+SHUTDOWN_GRACE = 5.0                   # seconds to finish writing to clients on SIGTERM/SIGINT
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.

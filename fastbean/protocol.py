@@ -19,7 +19,7 @@ class ConnProtocol(asyncio.Protocol):
         self._server = server
         self._transport = None
         self._peer = None
-        self._conn = server.core.connect(self._set_reading, self._later)
+        self._conn = server.core.connect(self._set_reading, self._again)
         # uvloop looks data_received up once, when the transport is made:
         # hand it the compiled method itself, so a read runs no Python code.
         self.data_received = self._conn.feed
@@ -67,8 +67,8 @@ class ConnProtocol(asyncio.Protocol):
         else:
             transport.pause_reading()
 
-    def _later(self):
-        self._server.loop.call_soon(self._conn.run_later)
+    def _again(self):
+        self._server.loop.call_soon(self._conn.again)
 
     def _writers(self, transport):
         return transport.write, transport.writelines

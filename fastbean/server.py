@@ -6,21 +6,15 @@ import os
 import signal
 import socket
 
-from fastbean import __version__
-from fastbean._core import Core, prefault_arenas
+from fastbean import __version__, busypoll
+from fastbean._core import Core, prefault_arenas, tune_malloc
 from fastbean.binlog import Binlog
 from fastbean.busypoll import BusyPoll
-from fastbean.config import HANDLED_SIGNALS
+from fastbean.config import BACKLOG, HANDLED_SIGNALS, SHUTDOWN_GRACE, TICK_BUDGET
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.protocol import ConnProtocol, TracingConnProtocol
 
 log = logging.getLogger("fastbean")
-
-SHUTDOWN_GRACE = 5.0      # seconds to finish writing to clients on SIGTERM/SIGINT
-# Jobs or connections one timer callback may handle (delays coming due, TTR
-# expiries, reserve timeouts); the rest waits for the next loop turn, so a
-# mass expiry costs other clients a few ms per turn at most.
-TICK_BUDGET = 2048
 
 
 def new_event_loop():
@@ -38,22 +32,29 @@ class Server:
         self.config = config
         self.loop = loop
         self.verbosity = config.verbosity
+        # Each loop turn that read something ends with end_turn (fair turns,
+        # one binlog commit, one timer update): called by the busy poller's
+        # next look while it polls, else by a loop callback.
+        self.busy_poll = None
+        if config.busy_poll_us:
+            self.busy_poll = BusyPoll(loop, config.busy_poll_us, self.end_turn)
+            end_turn_soon, ext_stats = self.busy_poll.turn_soon, self.busy_poll.stats
+        else:
+            end_turn_soon = functools.partial(loop.call_soon, self.end_turn)
+            ext_stats = busypoll.stats_lines
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
             binlog_max_size=config.binlog_size,
             version=__version__.encode(),
             arm=self._arm,
+            end_turn_soon=end_turn_soon,
+            ext_stats=ext_stats,
         )
-        # Ends each loop turn that read something (fair turns: Core.run_turn).
-        self.core.turn_soon = functools.partial(loop.call_soon, self.core.run_turn)
         self.binlog = None
         if config.binlog_dir is not None:
             self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
                                  fsync=config.fsync, fsync_ms=config.fsync_ms)
-        self.busy_poll = None
-        if config.busy_poll_us:
-            self.busy_poll = BusyPoll(loop, self.core, config.busy_poll_us)
         self.connections = set()
         self.listeners = []
         self._timer = None
@@ -81,7 +82,10 @@ class Server:
         if self._stopping is not None and not self.connections:
             self._stopping.set()
 
-    # -- the engine's timer ---------------------------------------------------
+    # -- the engine's timer and turns -------------------------------------------
+
+    def end_turn(self):
+        self.core.end_turn()
 
     def _arm(self, delay):
         if self._timer is not None:
@@ -89,6 +93,9 @@ class Server:
         self._timer = self.loop.call_later(delay, self._tick)
 
     def _tick(self):
+        # At most TICK_BUDGET jobs or connections per call (delays coming
+        # due, TTR expiries, reserve timeouts); the rest waits for the next
+        # loop turn, so a mass expiry costs other clients a few ms per turn.
         self._timer = None
         delay = self.core.tick(TICK_BUDGET)
         if self._timer is not None:     # armed again while ticking; tick's answer covers it
@@ -106,9 +113,9 @@ class Server:
         factory = lambda: cls(self)
         for sock in socks:
             if sock.family == socket.AF_UNIX:
-                srv = await self.loop.create_unix_server(factory, sock=sock, backlog=1024)
+                srv = await self.loop.create_unix_server(factory, sock=sock, backlog=BACKLOG)
             else:
-                srv = await self.loop.create_server(factory, sock=sock, backlog=1024)
+                srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG)
             self.listeners.append(srv)
         if self.config.max_memory:
             log.warning("memory cap %d bytes: put answers OUT_OF_MEMORY beyond it "
@@ -153,10 +160,11 @@ class Server:
         self._stopped.set_result(None)
 
 
-def run(config, listeners):
+def main(config, listeners):
     """Serve on the given listening sockets until SIGTERM/SIGINT; return the exit status."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
+    tune_malloc()
     if not prefault_arenas():
         log.warning("could not start the page-prefault thread; new memory is faulted in on the loop")
     server = Server(config, loop)

@@ -5,11 +5,11 @@ import os
 import socket
 import stat
 
+from fastbean.config import BACKLOG, DEFAULT_PORT
 from fastbean.errors import ConfigError
 
 log = logging.getLogger("fastbean")
 
-BACKLOG = 1024
 SD_LISTEN_FDS_START = 3
 UNIX_PATH_MAX = 107
 
@@ -43,7 +43,7 @@ def _inherited(config):
         log.warning("inherited %d listen fds; using only fd %d", n, SD_LISTEN_FDS_START)
     if config.listen_addr is not None:
         log.warning("inherited listen fd; ignoring option: -l %s", config.listen_addr)
-    if config.port != "11300":
+    if config.port != DEFAULT_PORT:
         log.warning("inherited listen fd; ignoring option: -p %s", config.port)
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)

@@ -247,8 +247,8 @@ def parse_yaml(doc):
 
 class EngineClient:
     """One connection of an in-process engine (fastbean._core.Core) on a fake
-    transport: replies are kept by reference, the engine's "run me again next
-    turn" requests are honoured by send(), and nothing holds a reference
+    transport: replies are kept by reference, the engine's "again next turn"
+    requests are honoured by send(), and nothing holds a reference
     cycle, so a dropped engine with a million jobs is freed at once."""
 
     def __init__(self, core):
@@ -263,7 +263,7 @@ class EngineClient:
         self.conn.feed(data)
         while self.flags["again"]:
             self.flags["again"] = False
-            self.conn.run_later()
+            self.conn.again()
 
     def take(self):
         """The bytes written since the last take()."""

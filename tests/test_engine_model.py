@@ -80,7 +80,7 @@ class EngineVsModel(RuleBasedStateMachine):
         # (fair turns) and then runs at the turn's end.
         c, _ = self.conns[i]
         c.send(data)
-        self.core.run_turn()
+        self.core.end_turn()
         return c.take()
 
     def mconns(self):
@@ -311,19 +311,18 @@ def test_big_puts_take_turns_with_other_connections():
         if not c.flags["again"]:
             break
         c.flags["again"] = False
-        c.conn.run_later()
+        c.conn.again()
     assert replies == [4, 8, 13]
     assert core.current_jobs == 13
 
 
 def test_connections_served_last_turn_wait_for_the_others():
-    # With a loop (turn_soon set), a read from a connection served in the
-    # last turn waits for the end of this one (run_turn), where the held-back
+    # With a loop (end_turn_soon given), a read from a connection served in the
+    # last turn waits for the end of this one (end_turn), where the held-back
     # connections run oldest-served first; others run at once. Job ids show
     # the order the puts ran in.
-    core = Core(version=b"test")
     asked = []
-    core.turn_soon = lambda: asked.append(1)
+    core = Core(version=b"test", end_turn_soon=lambda: asked.append(1))
     clients = [EngineClient(core) for _ in range(4)]
     conns = [c.conn for c in clients]
     put = b"put 0 0 60 1\r\nx\r\n"
@@ -334,13 +333,13 @@ def test_connections_served_last_turn_wait_for_the_others():
     for c in conns[:3]:                # never served: each runs at once
         c.feed(put)
     assert replies() == [b"INSERTED 1\r\n", b"INSERTED 2\r\n", b"INSERTED 3\r\n", b""]
-    core.run_turn()
+    core.end_turn()
     assert asked == [1]                # one call per turn, not per read
 
     for c in reversed(conns[:3]):      # all served last turn, reported newest first
         c.feed(put)
     assert replies() == [b""] * 4      # held back
-    core.run_turn()
+    core.end_turn()
     assert replies() == [b"INSERTED 4\r\n", b"INSERTED 5\r\n", b"INSERTED 6\r\n", b""]
 
     conns[1].feed(put)                 # held back
@@ -348,19 +347,19 @@ def test_connections_served_last_turn_wait_for_the_others():
     assert replies() == [b"", b"", b"", b"INSERTED 7\r\n"]
     conns[0].feed(put)                 # held back; two reads of one connection
     conns[0].feed(put)                 # make one run
-    core.run_turn()
+    core.end_turn()
     assert replies() == [b"INSERTED 8\r\nINSERTED 9\r\n", b"INSERTED 10\r\n", b"", b""]
 
     conns[2].feed(put)                 # last served two turns ago: runs at once
     conns[1].feed(put)                 # served last turn: held back
     assert replies() == [b"", b"", b"INSERTED 11\r\n", b""]
-    core.run_turn()
+    core.end_turn()
     assert replies() == [b"", b"INSERTED 12\r\n", b"", b""]
 
     conns[1].feed(put)                 # held back: the last turn served 2 and 1
     assert replies() == [b""] * 4
-    core.run_turn()
-    core.run_turn()                    # not asked for: changes nothing
+    core.end_turn()
+    core.end_turn()                    # not asked for: changes nothing
     assert replies() == [b"", b"INSERTED 13\r\n", b"", b""]
     conns[1].feed(put)                 # the last turn served it alone: runs at once
     assert replies() == [b"", b"INSERTED 14\r\n", b"", b""]
