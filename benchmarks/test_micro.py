@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from fastbean._core import Core, tune_malloc
+from fastbean._core import FILE_HEADER, Core, tune_malloc
 from fastbean._parser import Parser
 from tests.servers import EngineClient as Client
 
@@ -27,7 +27,6 @@ tune_malloc()                               # as the server does at start-up
 BODY = b"b" * 100
 PUT = b"put 0 0 60 100\r\n" + BODY + b"\r\n"
 BATCH = 1000
-WAL_HEADER = (7).to_bytes(4, "little")     # binlog format version 7
 
 
 # -- helpers -------------------------------------------------------------------
@@ -244,28 +243,23 @@ def test_engine_tick_delayed(benchmark):
     assert b"\ncurrent-jobs-ready: %d\ncurrent-jobs-reserved: 0\ncurrent-jobs-delayed: 0\n" % n in doc
 
 
-class FakeBinlog:
-    def schedule(self):
-        pass
-
-    def rotate(self, need):
-        raise AssertionError("one huge file was promised")
+def no_next_file(need, replace):
+    raise AssertionError("one huge file was promised")
 
 
 def test_engine_replay(benchmark):
     """Replay a binlog file of 50,000 puts and 10,000 deletes into a new core."""
     n, dels = 50_000, 10_000
-    core = Core()
-    core.wal_enable(FakeBinlog())
-    core.wal_new_file(1, 1 << 40, len(WAL_HEADER))
+    core = Core(next_file=no_next_file)
+    core.wal_start(1, 1 << 40, len(FILE_HEADER))
     c = Client(core)
     for k in range(0, n, BATCH):
         c.send(PUT * BATCH)
     for k in range(1, dels + 1, BATCH):
         c.send(b"".join(b"delete %d\r\n" % i for i in range(k, k + BATCH)))
-    records, seq = core.take_wal()
-    assert seq == n + dels
-    data = WAL_HEADER + bytes(records)
+    segments, seq = core.take_wal()
+    assert seq == n + dels and [s for s, _ in segments] == [1]
+    data = FILE_HEADER + bytes(segments[0][1])
     benchmark.extra_info["bytes"] = len(data)
 
     def setup():

@@ -117,11 +117,11 @@ cdef int flush(Conn c) except -1:
             c.olen = 0
         chunks = c.chunks
         c.chunks = []
-        c.writelines(chunks)
+        hook1(core, c.writelines, chunks)
     elif c.olen:
         data = PyBytes_FromStringAndSize(c.obuf, c.olen)
         c.olen = 0
-        c.write(data)
+        hook1(core, c.write, data)
     if c.ocap > OBUF_KEEP:
         # a burst of big replies: give the memory back
         free(c.obuf)
@@ -149,7 +149,7 @@ cdef void update_reading(Conn c):
         want = buffered < READ_HIGH and c.writable and not c.again_pending
     if want == c.reading_paused:
         c.reading_paused = not want
-        c.reading_cb(want)
+        hook1(c.core, c.reading_cb, want)
 
 
 # -- tubes used and watched --------------------------------------------------------

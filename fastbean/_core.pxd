@@ -227,20 +227,22 @@ cdef class Core:
     cdef bytes instance_id
     cdef bytes hostname, os_version, machine, version
 
-    # Binlog. Python (binlog.py) owns the files; the engine encodes records
-    # into wba, keeps the space accounting and knows which file holds what.
-    cdef public bint wal_on
-    cdef bytearray wba                # records not yet handed to binlog.py
+    # Binlog (_walg.pxi). Python (binlog.py) owns the files; the engine
+    # encodes records into wba, keeps the space accounting and knows which
+    # file holds what. binlog.py keeps the next file ready (the spare), so
+    # the engine moves on to it in the middle of a command by itself.
+    cdef bint wal_on
+    cdef bytearray wba                # records for the current file not yet handed to binlog.py
+    cdef list wsegs                   # (file number, records) of files left since, for binlog.py
     cdef uint64_t wal_seq             # records appended so far
     cdef uint64_t durable_seq         # records binlog.py has made durable (per -f)
-    cdef bint commit_asked            # binlog.schedule() called since the last take_wal()
-    cdef public bint commit_eager     # binlog.py: commit as soon as the turn's reads have run
-    cdef uint64_t debug_cmds          # commands run (debug builds check structures as they go)
+    cdef bint commit_asked            # commit_soon() called since the last take_wal()
     cdef list held                    # connections whose replies wait for durability
-    cdef public object binlog         # rotate(need) -> capacity, schedule(), commit()
-    cdef public Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
+    cdef Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
     cdef int64_t wal_used             # bytes of it used (written or in wba)
+    cdef int64_t spare_seq            # the spare file's number; 0 when there is none
+    cdef int64_t spare_cap, spare_used   # its bytes allocated, and written (its header)
     cdef int64_t wal_resv             # bytes promised to live jobs' future delete records
     cdef int64_t wal_live             # bytes of the live jobs' latest full records
     cdef uint64_t wal_written, wal_migrated
@@ -259,9 +261,18 @@ cdef class Core:
     # Hooks, given once at construction. None of them calls back into the
     # engine before it returns (debug builds check: _check.pxi).
     cdef object arm                   # arm(delay_seconds): re-arm the loop timer
-    cdef object end_turn_soon         # end_turn_soon(): have end_turn() called once this
-                                      # loop turn's reads are in (server.py, busypoll.py)
+    # end_turn_soon(): have end_turn() called once this loop turn's reads
+    # are in (server.py, or busypoll.py while it polls)
+    cdef object end_turn_soon
     cdef object ext_stats             # ext_stats() -> bytes: more fastbean-stats lines (busypoll.py)
+    cdef object commit_soon           # commit_soon(): records wait; take_wal() them soon (binlog.py)
+    # next_file(need, replace) -> (seq, cap, used) or None: a file made
+    # now, when the spare is gone or too small (binlog.py)
+    cdef object next_file
+
+    # Debug builds (_check.pxi).
+    cdef uint64_t debug_cmds          # commands run: the structures are checked as they go
+    cdef int in_hook                  # a hook is running: nothing may call into the engine
 
 
 # A connection's lifecycle. Released = its reservations, watches and use are

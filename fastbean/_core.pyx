@@ -1,6 +1,7 @@
 # cython: language_level=3
 """The queue engine (see _core.pxd): Core and Conn, the API the Python layer calls."""
 
+cimport cython
 import os
 
 from fastbean.config import BATCH_LIMIT, DEFAULT_BINLOG_SIZE, DEFAULT_MAX_JOB_SIZE
@@ -73,12 +74,16 @@ cdef class Core:
 
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
-                 arm=None, end_turn_soon=None, ext_stats=None):
-        """Limits as the command line sets them, and the hooks (see _core.pxd):
+                 arm=None, end_turn_soon=None, ext_stats=None, commit_soon=None,
+                 next_file=None):
+        """Limits as the command line sets them, and the hooks (see _core.pxd),
+        none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
         end_turn() called once the loop turn's reads are in; ext_stats()
-        returns more fastbean-stats lines. Without hooks (in-process tests)
-        the caller calls tick() and end_turn() itself."""
+        returns more fastbean-stats lines; commit_soon() says records wait
+        for take_wal(); next_file(need, replace) makes a binlog file at once
+        when the spare is used up. Without hooks (in-process tests) the caller
+        calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
         self.tube_by_name = {}
@@ -91,6 +96,8 @@ cdef class Core:
         self.arm = arm
         self.end_turn_soon = end_turn_soon
         self.ext_stats = ext_stats
+        self.commit_soon = commit_soon
+        self.next_file = next_file
         self.started_mono = mono_ns()
         self.instance_id = os.urandom(8).hex().encode()
         u = os.uname()
@@ -100,8 +107,8 @@ cdef class Core:
         self.version = version if isinstance(version, bytes) else version.encode()
         self.wal_on = False
         self.wba = bytearray()
+        self.wsegs = []
         self.held = []
-        self.binlog = None
         self.turn = []
         self.default_tube = tube_get(self, b"default", 7, True)
         tube_incref(self.default_tube)        # default is never freed
@@ -122,17 +129,17 @@ cdef class Core:
         """A new client: set_reading(bool) pauses or resumes reading its socket,
         again() has its again() called on the next loop turn. Conn.attach()
         gives it the transport before any bytes arrive."""
+        enter(self)
         return conn_new(self, set_reading, again)
 
     def end_turn(self):
         """The end of a loop turn that read something: the connections held
-        back for fairness run (see _run.pxi), then one binlog commit and one
-        timer update for the whole turn."""
+        back for fairness run (see _run.pxi), then one timer update for the
+        whole turn (the server then commits the binlog once)."""
+        enter(self)
         if not self.turn_asked:         # ended already
             return
         turn_finish(self)
-        if self.commit_asked and self.commit_eager:
-            self.binlog.commit()
         settle(self)
 
     # -- timers -------------------------------------------------------------------
@@ -145,7 +152,9 @@ cdef class Core:
         None when nothing is scheduled.
         """
         cdef int64_t now = mono_ns()
-        cdef Py_ssize_t done = queue_tick(self, now, budget)
+        cdef Py_ssize_t done
+        enter(self)
+        done = queue_tick(self, now, budget)
         flush_dirty(self)
         mem_trim(self)
         if done >= budget:
@@ -161,6 +170,7 @@ cdef class Core:
 
     def set_draining(self):
         """SIGUSR1: from now on put answers DRAINING."""
+        enter(self)
         self.drain_mode = True
 
     @property
@@ -173,6 +183,7 @@ cdef class Core:
         Cold: for tests and the FASTBEAN_DEBUG build, which runs it after
         every command.
         """
+        enter(self)
         core_check(self)
         return True
 
@@ -189,21 +200,30 @@ cdef class Core:
 
     # -- binlog (binlog.py) ---------------------------------------------------------
 
-    def wal_enable(self, binlog):
-        """Log from now on; binlog provides rotate(need), schedule() and commit()."""
-        self.binlog = binlog
+    def wal_start(self, int64_t seq, int64_t cap, int64_t used):
+        """Log from now on (replay is over), into binlog.<seq>: cap bytes
+        allocated, used written (its header)."""
+        enter(self)
+        wal_file_add(self, seq, cap, used)
         self.wal_on = True
+        wal_marker(self)
+
+    def wal_spare(self, int64_t seq, int64_t cap, int64_t used):
+        """binlog.<seq> is ready for when the current file is full (it replaces
+        a spare the engine has not used)."""
+        enter(self)
+        self.spare_seq, self.spare_cap, self.spare_used = seq, cap, used
 
     def take_wal(self):
-        """(records appended since the last call as one bytearray, the
-        sequence number of the last of them)."""
-        ba = self.wba
-        self.wba = bytearray()
-        self.commit_asked = False
-        return ba, self.wal_seq
+        """What to write next: ([(file number, records as a bytearray), ...],
+        the sequence number of the last record). More than one file when the
+        engine moved on to the spare meanwhile; each segment goes to its file."""
+        enter(self)
+        return wal_take(self)
 
     def set_durable(self, uint64_t seq):
         """Records up to seq are as durable as -f asks: their replies may go."""
+        enter(self)
         if seq > self.durable_seq:
             self.durable_seq = seq
         release_held(self)
@@ -215,19 +235,18 @@ cdef class Core:
         replies, so no client is told that a change is logged when it may
         not be. The changes stay in memory; the clients see a hang-up.
         """
+        enter(self)
         fail_held(self, seq)
-
-    def wal_new_file(self, int64_t seq, int64_t cap, int64_t used):
-        """binlog.py made binlog.<seq> current: cap bytes allocated, used written."""
-        wal_file_add(self, seq, cap, used)
 
     def wal_collect(self):
         """Drop the oldest files that no live job needs; return their numbers."""
+        enter(self)
         return wal_collect(self)
 
     def wal_migrate(self, Py_ssize_t limit):
         """Re-log up to `limit` jobs of the oldest file into the current one, so
         the oldest file can go. Returns how many moved."""
+        enter(self)
         return wal_migrate(self, limit)
 
     def wal_status(self):
@@ -242,11 +261,13 @@ cdef class Core:
         applied are a torn or corrupt tail; a zero-filled tail is the unused
         part of a preallocated file and counts as nothing.
         """
+        enter(self)
         return wal_replay(self, data, seq)
 
     def replay_finish(self):
         """Put the replayed jobs where their states say, in order of first
         appearance; reserved ones come back ready. Returns the job count."""
+        enter(self)
         return wal_replay_finish(self)
 
 
@@ -265,12 +286,14 @@ cdef class Conn:
 
     def feed(self, data):
         """Bytes from one read: run every complete command, write the replies."""
+        enter(self.core)
         if conn_released(self):
             return
         conn_feed(self.core, self, data)
 
     def again(self):
         """Run the commands left over from an earlier turn (its batch was used up)."""
+        enter(self.core)
         self.again_pending = False
         if conn_released(self):
             return
@@ -278,11 +301,14 @@ cdef class Conn:
         settle(self.core)
 
     def set_writable(self, bint writable):
-        """The transport's buffer crossed its high (False) or low (True) mark."""
+        """The transport's buffer crossed its high (False) or low (True) mark.
+        False may come from inside a write the engine makes (the one call
+        allowed back in: it only notes it and pauses reading)."""
         self.writable = writable
         if conn_released(self):
             return
         if writable:
+            enter(self.core)
             conn_run(self.core, self)
             settle(self.core)
         else:
@@ -290,6 +316,7 @@ cdef class Conn:
 
     def got_eof(self):
         """The peer shut down its sending side."""
+        enter(self.core)
         if conn_released(self):
             return
         self.state = CONN_EOF
@@ -302,6 +329,7 @@ cdef class Conn:
 
     def gone(self):
         """The connection is gone: its reserved jobs go back to ready."""
+        enter(self.core)
         self.lost = True
         conn_release(self.core, self)
 

@@ -1,5 +1,22 @@
-# Jobs: allocation, lookup by id, and freeing. A job's state and the
-# structures that hold it are _queue.pxi's business.
+# Jobs: allocation, lookup by id, freeing, and the orders of the heaps that
+# hold them. A job's state and the structures it is in are _queue.pxi's business.
+
+
+# ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id
+cdef bint _ready_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
+
+
+cdef bint _deadline_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
+
+
+cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<Job *>a).heap_index = i
 
 
 cdef Job *job_new(Core core, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,

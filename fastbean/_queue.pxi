@@ -9,22 +9,6 @@ cdef enum:
 cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
 
 
-cdef bint _ready_less(void *a, void *b) noexcept nogil:
-    cdef Job *x = <Job *>a
-    cdef Job *y = <Job *>b
-    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
-
-
-cdef bint _deadline_less(void *a, void *b) noexcept nogil:
-    cdef Job *x = <Job *>a
-    cdef Job *y = <Job *>b
-    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
-
-
-cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
-    (<Job *>a).heap_index = i
-
-
 cdef int job_unlink(Core core, Job *j) except -1:
     # Take j out of whatever holds it in its current state.
     cdef Tube *t = j.tube

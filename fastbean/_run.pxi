@@ -27,7 +27,7 @@ cdef inline void ask_again(Conn c):
     # ask the loop to run c again on its next turn (once)
     if not c.again_pending:
         c.again_pending = True
-        c.again_cb()
+        hook0(c.core, c.again_cb)
 
 
 cdef int conn_run(Core core, Conn c) except -1:
@@ -66,7 +66,7 @@ cdef int conn_run(Core core, Conn c) except -1:
         if c.held:
             c.state = CONN_CLOSING        # after the binlog commit lets its replies out
         else:
-            c.close_cb()
+            hook0(core, c.close_cb)
     elif not conn_released(c):
         update_reading(c)
     return 0
@@ -90,7 +90,7 @@ cdef int rearm(Core core) except -1:
         core.armed_at = at
         if core.arm is not None:
             now = mono_ns()
-            core.arm(0.0 if at <= now else (at - now) / 1e9)
+            hook1(core, core.arm, 0.0 if at <= now else (at - now) / 1e9)
     return 0
 
 
@@ -112,7 +112,7 @@ cdef int conn_feed(Core core, Conn c, object data) except -1:
     if not core.turn_asked:
         core.turn_asked = True
         if core.end_turn_soon is not None:
-            core.end_turn_soon()
+            hook0(core, core.end_turn_soon)
     if c.in_turn or (c.served > core.last_turn_start
                      and core.turn_start - core.last_turn_start > 1):
         if not c.in_turn:

@@ -96,14 +96,24 @@ cdef bytes tube_yaml(Tube *t):
     ])
 
 
+cdef bytes _name_list(list names):
+    return b"---\n" + b"".join([b"- " + name + b"\n" for name in names])
+
+
 cdef bytes list_tubes_yaml(Core core):
     cdef Py_ssize_t i
-    return b"---\n" + b"".join([b"- " + <bytes>core.tubes[i].name + b"\n" for i in range(core.ntubes)])
+    names = []
+    for i in range(core.ntubes):
+        names.append(<bytes>core.tubes[i].name)
+    return _name_list(names)
 
 
 cdef bytes list_watched_yaml(Conn c):
     cdef Py_ssize_t i
-    return b"---\n" + b"".join([b"- " + <bytes>c.watch[i].tube.name + b"\n" for i in range(c.nwatch)])
+    names = []
+    for i in range(c.nwatch):
+        names.append(<bytes>c.watch[i].tube.name)
+    return _name_list(names)
 
 
 cdef bytes ext_yaml(Core core):
@@ -113,5 +123,5 @@ cdef bytes ext_yaml(Core core):
         b"memory-used: %d\n" % core.mem_used,
         b"current-jobs: %d\n" % core.jobs.count,
         b"job-table-buckets: %d\n" % table_buckets(&core.jobs),
-        b"" if core.ext_stats is None else core.ext_stats(),
+        b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

@@ -9,11 +9,15 @@ event loop. The loop asks for "everything written up to record N" with
 request(); the thread syncs and signals an eventfd that the loop watches;
 collect() then says how far the files are synced. If more was requested
 meanwhile, the next sync starts at once, without waiting for the loop.
+A file the binlog has finished with is handed over with finish(): the
+thread syncs it before the next request's file, so no fsync of a finished
+file runs on the loop.
 """
 
-from libc.errno cimport errno, EINTR, EAGAIN, EIO
+cimport cython
+from libc.errno cimport errno, EINTR, EIO
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, realloc
 from posix.types cimport off_t
 from posix.unistd cimport close, dup, read, write
 
@@ -110,39 +114,60 @@ cdef struct State:
     pthread_cond_t wake
     int want_fd           # dup of the file to sync next; -1 when nothing is asked
     uint64_t want_seq     # records covered by that sync
+    int *fin              # dups of finished files to sync first, oldest first
+    int nfin, capfin
     uint64_t done_seq     # records on disk
     int error             # first errno since the last collect(), 0 if none
     int efd               # eventfd the loop watches
     bint stopping
 
 
+cdef int _sync_close(int fd) noexcept nogil:
+    # fdatasync then close; the errno of a failed sync, else 0
+    cdef int err = errno if fdatasync(fd) != 0 else 0
+    close(fd)
+    return err
+
+
 cdef void *sync_main(void *arg) noexcept nogil:
     cdef State *s = <State *>arg
-    cdef int fd, rc, err
+    cdef int fd, err, e, i, nfin
+    cdef int *fin
     cdef uint64_t seq, one = 1
     pthread_mutex_lock(&s.mu)
     while True:
-        while s.want_fd < 0 and not s.stopping:
+        while s.want_fd < 0 and s.nfin == 0 and not s.stopping:
             pthread_cond_wait(&s.wake, &s.mu)
-        if s.want_fd < 0:
+        if s.want_fd < 0 and s.nfin == 0:
             break
         fd = s.want_fd
         seq = s.want_seq
         s.want_fd = -1
+        fin, nfin = s.fin, s.nfin
+        s.fin = NULL
+        s.nfin = s.capfin = 0
         pthread_mutex_unlock(&s.mu)
-        rc = fdatasync(fd)
-        err = errno if rc != 0 else 0
-        close(fd)
+        err = 0
+        for i in range(nfin):
+            e = _sync_close(fin[i])
+            if e and not err:
+                err = e
+        free(fin)
+        if fd >= 0:
+            e = _sync_close(fd)
+            if e and not err:
+                err = e
         pthread_mutex_lock(&s.mu)
         if err and not s.error:
             s.error = err
-        if seq > s.done_seq:
+        if fd >= 0 and seq > s.done_seq:
             s.done_seq = seq
         write(s.efd, &one, sizeof(one))
     pthread_mutex_unlock(&s.mu)
     return NULL
 
 
+@cython.final
 cdef class SyncThread(Worker):
     cdef State s
 
@@ -174,6 +199,27 @@ cdef class SyncThread(Worker):
         if old >= 0:
             close(old)
 
+    def finish(self, int fd):
+        """fd's file is finished: sync it (a dup is taken) before the next
+        requested one. Its errors come back through collect() like any sync's."""
+        cdef int d = dup(fd)
+        cdef int *fin
+        if d < 0:
+            raise OSError(errno, "dup failed")
+        pthread_mutex_lock(&self.s.mu)
+        if self.s.nfin == self.s.capfin:
+            fin = <int *>realloc(self.s.fin, (self.s.capfin * 2 + 4) * sizeof(int))
+            if fin == NULL:
+                pthread_mutex_unlock(&self.s.mu)
+                close(d)
+                raise MemoryError()
+            self.s.fin = fin
+            self.s.capfin = self.s.capfin * 2 + 4
+        self.s.fin[self.s.nfin] = d
+        self.s.nfin += 1
+        pthread_cond_signal(&self.s.wake)
+        pthread_mutex_unlock(&self.s.mu)
+
     def collect(self):
         """After the eventfd fired: (records synced, errno of a failed sync or 0)."""
         cdef uint64_t n
@@ -188,9 +234,13 @@ cdef class SyncThread(Worker):
         return n, err
 
     def __dealloc__(self):
+        cdef int i
         self._join()
         if self.s.want_fd >= 0:
             close(self.s.want_fd)
+        for i in range(self.s.nfin):
+            close(self.s.fin[i])
+        free(self.s.fin)
         if self.s.efd >= 0:
             close(self.s.efd)
         pthread_mutex_destroy(&self.s.mu)
@@ -209,31 +259,54 @@ cdef class SyncThread(Worker):
 # time, each chunk written back before the next so that a group commit never
 # has to flush more than one chunk of them, and syncs once at the end. It
 # works through an open file of its own, so that the write-back errors it
-# sees are not taken from the group commit's fdatasync.
+# sees are not taken from the group commit's fdatasync. Once the current
+# file is done it fills the spare file the binlog keeps ready, so that file
+# is fast from its first record too.
 #
 # The loop writes records at increasing offsets. The filler only ever writes
 # at or above `pos`, which only grows, and writes each chunk under the lock.
 # A record that ends at or below pos therefore needs no coordination; one
 # that reaches above it (the filler fell behind) takes the lock and moves
-# the filler past itself first (claim()).
+# the filler past itself first (claim()). Nothing writes to the spare until
+# it becomes the current file (promote()).
 
 cdef enum:
     CHUNK = 65536
 
+cdef struct FillFile:
+    int fd                # the filler's own open file; -1 when none
+    int64_t pos           # the filler writes only at or above this (atomic for the current file)
+    int64_t head          # the loop's records end here, as far as claimed
+    int64_t end           # the file's allocated size
+
 cdef struct FillState:
     pthread_mutex_t mu
     pthread_cond_t wake
-    int fd                # the filler's own open file of the current file; -1 when none
-    int64_t pos           # the filler writes only at or above this (atomic)
-    int64_t head          # the loop's records end here, as far as claimed
-    int64_t end           # the file's allocated size
+    FillFile cur          # the current file
+    FillFile nxt          # the spare, filled once cur is done
     char *zeros
     int error             # errno of the last failed fill, 0 if none
     bint stopping
 
 
+cdef inline bint _fill_due(FillFile *f) noexcept nogil:
+    return f.fd >= 0 and f.pos < f.end
+
+
+cdef void _fill_set(FillFile *f, int fd, int64_t used, int64_t end) noexcept nogil:
+    # Records end at `used`: filling starts at the chunk after the one they
+    # are being written in.
+    if f.fd >= 0:
+        close(f.fd)
+    f.fd = fd
+    f.head = used
+    f.end = end
+    fb_store(&f.pos, (used // CHUNK + 1) * CHUNK)
+
+
 cdef void *fill_main(void *arg) noexcept nogil:
     cdef FillState *s = <FillState *>arg
+    cdef FillFile *f
     cdef int64_t start, stop, pos
     cdef ssize_t n
     cdef int fd
@@ -241,28 +314,29 @@ cdef void *fill_main(void *arg) noexcept nogil:
     setpriority(PRIO_PROCESS, <unsigned int>syscall(SYS_gettid), 19)   # best effort
     pthread_mutex_lock(&s.mu)
     while True:
-        while not s.stopping and (s.fd < 0 or s.pos >= s.end):
+        while not s.stopping and not _fill_due(&s.cur) and not _fill_due(&s.nxt):
             pthread_cond_wait(&s.wake, &s.mu)
         if s.stopping:
             break
-        start = s.pos if s.pos > s.head else s.head
+        f = &s.cur if _fill_due(&s.cur) else &s.nxt
+        start = f.pos if f.pos > f.head else f.head
         stop = (start // CHUNK + 1) * CHUNK
-        if stop > s.end:
-            stop = s.end
+        if stop > f.end:
+            stop = f.end
         pos = start
         while pos < stop:
-            n = pwrite(s.fd, s.zeros, stop - pos, pos)
+            n = pwrite(f.fd, s.zeros, stop - pos, pos)
             if n < 0 and errno == EINTR:
                 continue
             if n <= 0:
                 # Only the fsync speed-up is lost: the space stays reserved.
                 s.error = errno if n < 0 else EIO
-                stop = s.end
+                stop = f.end
                 break
             pos += n
-        fb_store(&s.pos, stop)
-        last = stop >= s.end
-        fd = dup(s.fd)
+        fb_store(&f.pos, stop)
+        last = stop >= f.end
+        fd = dup(f.fd)
         pthread_mutex_unlock(&s.mu)
         if fd >= 0:
             if pos > start:
@@ -276,12 +350,14 @@ cdef void *fill_main(void *arg) noexcept nogil:
     return NULL
 
 
+@cython.final
 cdef class ZeroFill(Worker):
-    """Overwrites the current binlog file's reserved space with zeros, ahead of its records."""
+    """Overwrites the current binlog file's reserved space with zeros, ahead of
+    its records, and then the spare's."""
     cdef FillState s
 
     def __cinit__(self):
-        self.s.fd = -1
+        self.s.cur.fd = self.s.nxt.fd = -1
         self.s.zeros = <char *>calloc(1, CHUNK)
         if self.s.zeros == NULL:
             raise MemoryError()
@@ -292,27 +368,41 @@ cdef class ZeroFill(Worker):
     def file(self, int fd, int64_t used, int64_t end):
         """Fill the new current file, open as fd (its own open file, which the
         filler takes over and closes): records end at `used`, `end` bytes are
-        allocated. Filling starts at the chunk after the one records are
-        being written in. Once this returns, nothing more is written to the
+        allocated. Once this returns, nothing more is written to the
         previous file."""
         pthread_mutex_lock(&self.s.mu)
-        if self.s.fd >= 0:
-            close(self.s.fd)
-        self.s.fd = fd
-        self.s.head = used
-        self.s.end = end
-        fb_store(&self.s.pos, (used // CHUNK + 1) * CHUNK)
+        _fill_set(&self.s.cur, fd, used, end)
+        pthread_cond_signal(&self.s.wake)
+        pthread_mutex_unlock(&self.s.mu)
+
+    def spare(self, int fd, int64_t used, int64_t end):
+        """Fill this file (taken over as with file()) once the current one is
+        done; it replaces an earlier spare. fd -1: no spare any more."""
+        pthread_mutex_lock(&self.s.mu)
+        _fill_set(&self.s.nxt, fd, used, end)
+        pthread_cond_signal(&self.s.wake)
+        pthread_mutex_unlock(&self.s.mu)
+
+    def promote(self):
+        """The spare is the current file now, and the loop writes records to it
+        from its `used` on; nothing more is written to the previous file."""
+        pthread_mutex_lock(&self.s.mu)
+        if self.s.cur.fd >= 0:
+            close(self.s.cur.fd)
+        self.s.cur = self.s.nxt
+        fb_store(&self.s.cur.pos, self.s.nxt.pos)
+        self.s.nxt.fd = -1
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
     def claim(self, int64_t end):
         """The loop is about to write records up to offset `end` of the current file."""
-        if end <= fb_load(&self.s.pos):
+        if end <= fb_load(&self.s.cur.pos):
             return
         with nogil:
             pthread_mutex_lock(&self.s.mu)
-            if end > self.s.head:
-                self.s.head = end
+            if end > self.s.cur.head:
+                self.s.cur.head = end
             pthread_mutex_unlock(&self.s.mu)
 
     def take_error(self):
@@ -326,8 +416,10 @@ cdef class ZeroFill(Worker):
 
     def __dealloc__(self):
         self._join()
-        if self.s.fd >= 0:
-            close(self.s.fd)
+        if self.s.cur.fd >= 0:
+            close(self.s.cur.fd)
+        if self.s.nxt.fd >= 0:
+            close(self.s.nxt.fd)
         free(self.s.zeros)
         pthread_mutex_destroy(&self.s.mu)
         pthread_cond_destroy(&self.s.wake)

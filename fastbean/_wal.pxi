@@ -18,6 +18,11 @@ cdef enum:
     WAL_HEADER = 4            # int32 version
 
 
+cdef int32_t _version = WAL_VERSION
+# The first bytes of every binlog file (binlog.py writes them when it makes one).
+FILE_HEADER = PyBytes_FromStringAndSize(<char *>&_version, WAL_HEADER)
+
+
 cdef inline Py_ssize_t wal_full_size(Job *j) noexcept:
     return 4 + PyBytes_GET_SIZE(<object>j.tube.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(<object>j.body)
 
@@ -43,6 +48,21 @@ cdef void rec_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
     r.pad2[2] = WAL_SIG2
 
 
+cdef void rec_fill_marker(Jobrec *r, uint64_t max_id, int64_t wall) noexcept:
+    # A short "deleted" record of the highest id handed out, first in a new
+    # file. Replay (ours and beanstalkd's) ignores it as a record of an
+    # unknown job but still counts its id, so ids continue after a restart
+    # even when every job, and every older file, is gone.
+    memset(r, 0, sizeof(Jobrec))
+    r.id = max_id
+    r.ttr = 1000000000
+    r.body_size = 2
+    r.created_at = wall
+    r.pad2[0] = WAL_SIG0
+    r.pad2[1] = WAL_SIG1
+    r.pad2[2] = WAL_SIG2
+
+
 cdef inline bint rec_signed(Jobrec *r) noexcept:
     return r.pad2[0] == WAL_SIG0 and r.pad2[1] == WAL_SIG1 and r.pad2[2] == WAL_SIG2
 
@@ -59,7 +79,7 @@ cdef bint rec_ok(Jobrec *r) noexcept:
 
 cdef object header_check(const char *p, Py_ssize_t n):
     # None if p[:n] starts with a version header we read, else why not.
-    cdef int32_t version
+    cdef int32_t version = 0
     if n < WAL_HEADER:
         return "no version header" if n else None
     memcpy(&version, p, 4)

@@ -1,9 +1,10 @@
 # The binlog as the engine keeps it: records appended for binlog.py to
 # write, the space of the current file (it always keeps room for a delete
 # record of every live job, so a full disk refuses puts but never deletes),
-# which file holds each job's latest full record (a file goes once it and
-# every older one hold none; migration moves the stragglers forward), jobs
-# read back by replay, and replies held until their records are durable.
+# moving on to the spare file binlog.py keeps ready when the current one is
+# full, which file holds each job's latest full record (a file goes once it
+# and every older one hold none; migration moves the stragglers forward),
+# jobs read back by replay, and replies held until their records are durable.
 
 
 cdef int wal_put(Core core, const char *p, Py_ssize_t n) except -1:
@@ -13,8 +14,22 @@ cdef int wal_put(Core core, const char *p, Py_ssize_t n) except -1:
     core.wal_used += n
     if not core.commit_asked:
         core.commit_asked = True
-        core.binlog.schedule()
+        if core.commit_soon is not None:
+            hook0(core, core.commit_soon)
     return 0
+
+
+cdef int wal_marker(Core core) except -1:
+    # The first record of a new file: the highest id handed out, unless a
+    # live job has it (its own records keep it).
+    cdef Jobrec rec
+    cdef int32_t namelen = 0
+    cdef uint64_t max_id = core.next_id - 1
+    if max_id == 0 or job_find(core, max_id) != NULL:
+        return 0
+    rec_fill_marker(&rec, max_id, wall_ns())
+    wal_put(core, <char *>&namelen, 4)
+    return wal_put(core, <char *>&rec, sizeof(Jobrec))
 
 
 cdef int wal_record(Core core, Job *j, bint full) except -1:
@@ -43,16 +58,53 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
 
 cdef bint wal_room(Core core, int64_t now_bytes, int64_t extra_resv) except -1:
     # Room in the current file for now_bytes more, while still keeping
-    # every live job's delete record (wal_resv) plus extra_resv. If there
-    # is none, binlog.py starts a new preallocated file; False when the
-    # disk cannot give one (the caller answers with an error).
-    cdef int64_t cap
-    if core.wal_cap - core.wal_used - now_bytes >= core.wal_resv + extra_resv:
+    # every live job's delete record (wal_resv) plus extra_resv. When the
+    # current file is full, the records go on in the spare file. False when
+    # there is no room anywhere (the caller answers with an error).
+    cdef int64_t need = now_bytes + extra_resv + core.wal_resv
+    if core.wal_cap - core.wal_used >= need:
         return True
-    cap = core.binlog.rotate(now_bytes + extra_resv + core.wal_resv)
-    if cap <= 0:
+    if core.spare_cap - core.spare_used - WAL_SHORT < need and not _spare_now(core, need):
         return False
-    return core.wal_cap - core.wal_used - now_bytes >= core.wal_resv + extra_resv
+    _switch_to_spare(core)
+    return core.wal_cap - core.wal_used >= need
+
+
+cdef bint _spare_now(Core core, int64_t need) except -1:
+    # No spare, or one too small for this record: binlog.py makes a file
+    # right away (it only creates and allocates it; it calls nothing here).
+    # Only a loop turn that fills more than a whole file, or a record bigger
+    # than one, gets here.
+    cdef object made
+    if core.next_file is None:
+        return False
+    made = hook2(core, core.next_file, need + WAL_SHORT, core.spare_seq)
+    core.spare_seq = core.spare_cap = core.spare_used = 0
+    if made is None:
+        return False
+    core.spare_seq, core.spare_cap, core.spare_used = made
+    return core.spare_cap - core.spare_used - WAL_SHORT >= need
+
+
+cdef int _switch_to_spare(Core core) except -1:
+    # The current file is full: its records so far go to binlog.py as one
+    # segment, and the spare is the current file from here on.
+    core.wsegs.append((core.wfiles[core.nwfiles - 1].seq, core.wba))
+    core.wba = bytearray()
+    wal_file_add(core, core.spare_seq, core.spare_cap, core.spare_used)
+    core.spare_seq = core.spare_cap = core.spare_used = 0
+    return wal_marker(core)
+
+
+cdef tuple wal_take(Core core):
+    # What binlog.py writes next: [(file number, records), ...] in order
+    # (more than one after a move to the spare), and the last record's number.
+    segs = core.wsegs
+    segs.append((core.wfiles[core.nwfiles - 1].seq, core.wba))
+    core.wsegs = []
+    core.wba = bytearray()
+    core.commit_asked = False
+    return segs, core.wal_seq
 
 
 cdef void wal_own(Core core, Job *j) noexcept:
@@ -131,7 +183,7 @@ cdef int release_held(Core core) except -1:
         flush(c)
         if c.state == CONN_CLOSING:
             c.state = CONN_CLOSED
-            c.close_cb()
+            hook0(core, c.close_cb)
     return 0
 
 
@@ -150,7 +202,7 @@ cdef int fail_held(Core core, uint64_t seq) except -1:
         _out_drop(c)
         if c.state == CONN_CLOSING:
             c.state = CONN_CLOSED
-        c.close_cb()
+        hook0(core, c.close_cb)
     if seq > core.durable_seq:
         core.durable_seq = seq
     return 0
@@ -162,12 +214,13 @@ cdef tuple wal_replay(Core core, object data, int64_t seq):
     # Apply the records of binlog.<seq>: (records applied, bytes not applied,
     # reason or None). A zero-filled tail is unused preallocation, not loss.
     cdef const char *p
-    cdef Py_ssize_t n, pos, size, k
-    cdef int32_t namelen
+    cdef Py_ssize_t n, pos, k
+    cdef Py_ssize_t size = 0
+    cdef int32_t namelen = 0
     cdef Jobrec rec
     cdef Py_ssize_t count = 0
-    cdef const char *name
-    cdef const char *body
+    cdef const char *name = NULL
+    cdef const char *body = NULL
     cdef int signed = -1
     if not isinstance(data, bytes):
         data = bytes(data)

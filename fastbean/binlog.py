@@ -1,44 +1,47 @@
 """Binlog: the binlog.N files of one directory, in beanstalkd 1.12's format.
 
-The engine encodes the records and keeps the space accounting; this module
-owns the files: the directory lock, preallocation and rotation, the commit of
-each loop turn's records (one write, and one fsync with -f 0), the fsync
-policy, reclaiming old files, and replay at start-up.
+The engine encodes the records (the format is _wal.pxi's) and keeps the
+space accounting; this module owns the files: the directory lock,
+preallocation, the spare file kept ready for when the current one is full,
+the commit of each loop turn's records (one write, and one fsync with -f 0),
+the fsync policy, reclaiming old files, and replay at start-up.
 
 Space: every file is preallocated, and the current file always keeps room for
 a delete record of every live job, so a full disk can refuse a put but never
-a delete.
+a delete. The engine moves on to the spare by itself, in the middle of a
+command; this module learns of it at the next commit (take_wal() then has a
+segment for the spare), finishes the old file there (its fsync on the sync
+thread) and makes the next spare.
 """
 import fcntl
 import logging
 import os
-import struct
 import time
 
+from fastbean._core import FILE_HEADER
 from fastbean._sync import SyncThread, ZeroFill
+from fastbean.config import DEFAULT_FSYNC_MS
 from fastbean.errors import BinlogError, BinlogLockedError
 
 log = logging.getLogger("fastbean")
 
-VERSION = 7
-HEADER = struct.pack("<i", VERSION)
 BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
+FIRST_RECORD = 84           # the engine starts each file with a short record (_walg.pxi)
 
 
-def _marker(max_id):
-    # A short "deleted" record of the highest id handed out. Replay (ours and
-    # beanstalkd's) ignores it as a record of an unknown job but still counts
-    # its id, so ids continue after a restart even when every job is gone.
-    now = time.time_ns()
-    rec = struct.pack("<QI4xqqi4xqqIIIIIB3s", max_id, 0, 0, 10**9, 2, now, 0, 0, 0, 0, 0, 0, 0,
-                      b"fb\x01")       # signed like every record fastbean writes (see _wal.pxi)
-    return struct.pack("<i", 0) + rec
+class _File:
+    """A file made ahead of use: the spare, or one made in the middle of a turn."""
+
+    __slots__ = ("fd", "fill_fd", "cap", "used")
+
+    def __init__(self, fd, fill_fd, cap, used):
+        self.fd, self.fill_fd, self.cap, self.used = fd, fill_fd, cap, used
 
 
 class Binlog:
-    def __init__(self, core, loop, directory, max_size, fsync=True, fsync_ms=50):
-        self.core = core
+    def __init__(self, loop, directory, max_size, fsync=True, fsync_ms=DEFAULT_FSYNC_MS):
+        self.core = None            # the engine, from open() on
         self.loop = loop
         self.dir = directory
         self.max_size = max(int(max_size), 1)
@@ -49,8 +52,16 @@ class Binlog:
         self.used = 0               # bytes written to the current file
         self.closed_bytes = 0       # bytes on disk in the older files
         self.sizes = {}             # seq -> bytes on disk, older files only
+        self._ready = {}            # seq -> _File made, not yet current (the spare and later ones)
+        self._spare = 0             # the number of the file the engine has as its spare; 0 if none
+        self._fill_spare = 0        # the number of the file the zero-filler fills next; 0 if none
+        self._next_seq = 1          # the number the next new file gets
+        self._alloc_failed = False  # the last attempt to make a spare failed (logged once)
         self._lock_fd = -1
         self._commit_pending = False
+        # Commit right after the turn's reads have run: one write per turn.
+        # Only -f 0 holds back while a sync is in flight (see _start_sync).
+        self._eager = True
         self._written_seq = 0       # records written to the files
         self._synced_seq = 0        # records fsynced
         self._last_sync = 0.0
@@ -83,8 +94,10 @@ class Binlog:
                 seqs.append(int(name[7:]))
         return sorted(seqs)
 
-    def open(self):
-        """Lock the directory, replay every file, start a new one. Returns the job count."""
+    def open(self, core):
+        """Lock the directory, replay every file into core, start a new file and
+        a spare. Returns the job count."""
+        self.core = core
         self.lock()
         seqs = self.existing()
         t0 = time.monotonic()
@@ -96,31 +109,35 @@ class Binlog:
                 except FileNotFoundError:
                     log.warning("binlog.%d is missing; continuing", seq)
                     data = b""
-                records, dropped, reason = self.core.replay(data, seq)
+                records, dropped, reason = core.replay(data, seq)
                 if reason is not None:
                     log.warning("binlog.%d: %s: %d bytes after record %d not replayed; "
                                 "you may be missing data", seq, reason, dropped, records)
                 self.sizes[seq] = len(data)
                 self.closed_bytes += len(data)
-            self.seq = seqs[-1]
-        jobs = self.core.replay_finish()
+            self.seq = self._next_seq = seqs[-1]
+            self._next_seq += 1
+        jobs = core.replay_finish()
         if seqs:
             log.info("replayed %d jobs from %d binlog files in %.3f s",
                      jobs, len(seqs), time.monotonic() - t0)
-        self.core.wal_enable(self)
-        # Commit right after the turn's reads have run: one write per turn.
-        # Only -f 0 holds back while a sync is in flight (see _start_sync).
-        self.core.commit_eager = True
         if self.fsync and self.fsync_ms == 0:
             # Group commits wait on every fdatasync: keep them to overwrites.
             self._filler = ZeroFill()
-        live, resv, used, cap, nfiles = self.core.wal_status()
-        if not self._new_file(resv):
+        live, resv, used, cap, nfiles = core.wal_status()
+        first = self._make(resv + FIRST_RECORD)
+        if first is None:
             raise BinlogError("cannot create a binlog file in %s" % self.dir)
+        core.wal_start(self._next_seq - 1, first.cap, first.used)
+        self._make_current(self._next_seq - 1)
+        # The engine's first record (the highest id so far) is on disk before
+        # older files can go.
+        self._write_segments(*core.take_wal())
+        self._offer_spare()
         self._collect()
         return jobs
 
-    # -- called by the engine ---------------------------------------------------
+    # -- hooks for the engine (they never call into it) ---------------------------
 
     def schedule(self):
         """Records are waiting: commit them once this loop turn's work is done."""
@@ -128,40 +145,33 @@ class Binlog:
             self._commit_pending = True
             self.loop.call_soon(self._scheduled_commit)
 
-    def _scheduled_commit(self):
-        if self._commit_pending:        # else the end of the turn committed already
-            self.commit()
-
-    def rotate(self, need):
-        """The current file is full: start a new one with room for `need` bytes.
-
-        Returns the new file's capacity, or 0 when the disk cannot give one (the
-        engine then answers the command with an error and stays on this file).
-        """
-        self._write(*self.core.take_wal())
-        old_fd, old_seq, old_used = self.fd, self.seq, self.used
-        if not self._new_file(need):
-            return 0
-        self._finish(old_fd, old_seq, old_used)
-        return self.core.wal_status()[3]
+    def next_file(self, need, replace):
+        """The engine's spare is used up, or too small (replace: its number):
+        a file with room for `need` bytes of records, made now. Returns (seq,
+        capacity, bytes used) or None when the disk cannot give one."""
+        if replace:
+            self._discard(replace)
+        f = self._make(need)
+        if f is None:
+            return None
+        self._spare = self._next_seq - 1
+        return self._spare, f.cap, f.used
 
     # -- files ------------------------------------------------------------------
 
-    def _new_file(self, need):
-        seq = self.seq + 1
-        head = HEADER
-        if self.core.max_id and not self.core.has_job(self.core.max_id):
-            head += _marker(self.core.max_id)
-        # -s bytes of new records, beyond the room kept for live jobs' deletes
-        cap = self.max_size + need + len(head)
-        cap = (cap + BLOCK - 1) // BLOCK * BLOCK
+    def _make(self, need):
+        # A new preallocated file, binlog.<_next_seq>, with its header: room
+        # for -s bytes of new records beyond `need` (the room kept for the
+        # live jobs' deletes). None when the disk cannot give one.
+        seq = self._next_seq
+        cap = (self.max_size + need + len(FILE_HEADER) + BLOCK - 1) // BLOCK * BLOCK
         path = self.path(seq)
         fill_fd = -1
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            log.error("cannot create %s: %s", path, e.strerror)
-            return False
+            self._alloc_error("cannot create %s: %s", path, e.strerror)
+            return None
         try:
             if self._filler is not None:
                 # Its own open file: the kernel reports a failed writeback once
@@ -169,40 +179,108 @@ class Binlog:
                 fill_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
             os.fchmod(fd, 0o400)            # as beanstalkd creates them
             os.posix_fallocate(fd, 0, cap)
-            os.pwrite(fd, head, 0)
+            os.pwrite(fd, FILE_HEADER, 0)
         except OSError as e:
-            log.error("cannot allocate %d bytes for %s: %s", cap, path, e.strerror)
+            self._alloc_error("cannot allocate %d bytes for %s: %s", cap, path, e.strerror)
             os.close(fd)
             if fill_fd >= 0:
                 os.close(fill_fd)
             os.unlink(path)
-            return False
-        self.fd, self.seq, self.used = fd, seq, len(head)
-        self.core.wal_new_file(seq, cap, len(head))
-        if self._filler is not None:
-            err = self._filler.take_error()
-            if err:
-                log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
-                            "its fsyncs stay slower", seq - 1, os.strerror(err))
-            self._filler.file(fill_fd, len(head), cap)
-        return True
+            return None
+        self._alloc_failed = False
+        f = self._ready[seq] = _File(fd, fill_fd, cap, len(FILE_HEADER))
+        self._next_seq += 1
+        return f
 
-    def _finish(self, fd, seq, used):
-        # A file stops being current: cut the unused preallocation, make it
-        # durable. This fsync is the only one its last records get.
+    def _alloc_error(self, fmt, *args):
+        # A full disk fails every attempt until space comes back: say it once.
+        if not self._alloc_failed:
+            log.error(fmt, *args)
+            self._alloc_failed = True
+
+    def _discard(self, seq):
+        # A made file nothing was written to, the newest one: gone again.
+        f = self._ready.pop(seq)
+        os.close(f.fd)
+        if f.fill_fd >= 0:
+            os.close(f.fill_fd)
+        if seq == self._fill_spare:
+            self._filler.spare(-1, 0, 0)
+            self._fill_spare = 0
+        os.unlink(self.path(seq))
+        if seq == self._spare:
+            self._spare = 0
+        self._next_seq = seq
+
+    def _offer_spare(self):
+        # Keep a spare ready, big enough for -s bytes beyond the deletes the
+        # engine keeps room for, with an eighth to spare for their growth.
+        live, resv, used, cap, nfiles = self.core.wal_status()
+        need = resv + resv // 8 + FIRST_RECORD
+        if self._spare:
+            f = self._ready[self._spare]
+            if f.cap - f.used >= self.max_size + resv + FIRST_RECORD:
+                return
+            self._discard(self._spare)      # the backlog outgrew it
+        f = self._make(need)
+        if f is None:
+            return                          # the engine asks again when it needs one
+        self._spare = self._next_seq - 1
+        if self._filler is not None:
+            self._filler.spare(f.fill_fd, f.used, f.cap)
+            f.fill_fd = -1
+            self._fill_spare = self._spare
+        self.core.wal_spare(self._spare, f.cap, f.used)
+
+    def _make_current(self, seq):
+        f = self._ready.pop(seq)
+        self.fd, self.seq, self.used = f.fd, seq, f.used
+        if self._filler is not None:
+            if seq == self._fill_spare:
+                self._filler.promote()
+                self._fill_spare = 0
+            else:
+                err = self._filler.take_error()
+                if err:
+                    log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
+                                "its fsyncs stay slower", seq - 1, os.strerror(err))
+                self._filler.file(f.fill_fd, f.used, f.cap)
+        if seq == self._spare:
+            self._spare = 0
+
+    def _finish(self):
+        # The current file stops being current: cut the unused preallocation,
+        # have it synced (on the sync thread: its last records get no other
+        # fsync). Its records are all written.
+        fd, seq, used = self.fd, self.seq, self.used
         try:
             os.ftruncate(fd, used)
             if self.fsync:
-                os.fsync(fd)
+                self._sync_thread().finish(fd)
         except OSError as e:
             log.error("finishing binlog.%d: %s", seq, e.strerror)
             self.core.set_failed(self._written_seq)
         os.close(fd)
+        self.fd = -1
         self.sizes[seq] = used
         self.closed_bytes += used
 
-    def _write(self, data, seq):
+    def _write_segments(self, segments, seq):
+        # Each segment to its file, moving on to the next file where the
+        # engine did. Written up to record seq, or the connections waiting
+        # on them are told it failed.
+        ok = True
         self._written_seq = seq
+        for file_seq, data in segments:
+            if file_seq != self.seq:
+                self._finish()
+                self._make_current(file_seq)
+            if data and ok:
+                ok = self._write(data)
+        if not ok:
+            self.core.set_failed(seq)
+
+    def _write(self, data):
         if self._filler is not None:
             self._filler.claim(self.used + len(data))
         view = memoryview(data)
@@ -216,11 +294,18 @@ class Binlog:
                 # jobs are still in memory; say so loudly and keep serving.
                 log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk; "
                           "closing the connections waiting on them", self.seq, e.strerror, len(view))
-                self.core.set_failed(seq)
                 return False
             self.used += n
             view = view[n:]
         return True
+
+    # -- syncs ------------------------------------------------------------------
+
+    def _sync_thread(self):
+        if self._syncer is None:
+            self._syncer = SyncThread()
+            self.loop.add_reader(self._syncer.fileno(), self._sync_done)
+        return self._syncer
 
     def _timed_sync(self):
         self._sync_timer = None
@@ -233,13 +318,10 @@ class Binlog:
         if self._asked_seq >= self._written_seq:
             return
         self._last_sync = time.monotonic()
-        if self._syncer is None:
-            self._syncer = SyncThread()
-            self.loop.add_reader(self._syncer.fileno(), self._sync_done)
         self._asked_seq = self._written_seq
         if self.fsync_ms == 0:
-            self.core.commit_eager = False
-        self._syncer.request(self.fd, self._written_seq)
+            self._eager = False
+        self._sync_thread().request(self.fd, self._written_seq)
 
     def _sync_done(self):
         seq, err = self._syncer.collect()
@@ -255,7 +337,7 @@ class Binlog:
             # The sync thread is idle again: the next turn's records start a
             # sync as soon as they have run instead of on the loop turn after,
             # so one group syncs while the next gathers.
-            self.core.commit_eager = self._asked_seq <= self._synced_seq
+            self._eager = self._asked_seq <= self._synced_seq
             if err:
                 self.core.set_failed(seq)
             else:
@@ -275,13 +357,22 @@ class Binlog:
         else:
             self._sync_timer = self.loop.call_later(wait, self._timed_sync)
 
+    # -- commits ----------------------------------------------------------------
+
+    def _scheduled_commit(self):
+        if self._commit_pending:        # else the end of the turn committed already
+            self.commit()
+
+    def end_of_turn(self):
+        """The loop turn's reads have run: commit now, unless -f 0 waits for a sync."""
+        if self._commit_pending and self._eager:
+            self.commit()
+
     def commit(self):
-        """Write this turn's records with one write, then sync as -f says and
-        let out the replies that were waiting for them."""
+        """Write this turn's records with one write per file, then sync as -f
+        says and let out the replies that were waiting for them."""
         self._commit_pending = False
-        data, seq = self.core.take_wal()
-        if data:
-            self._write(data, seq)
+        self._write_segments(*self.core.take_wal())
         if not self.fsync:
             self.core.set_durable(self._written_seq)
         elif self.fsync_ms == 0:
@@ -291,6 +382,7 @@ class Binlog:
             # power loss can take to about the last MS ms.
             self.core.set_durable(self._written_seq)
             self._arm_sync()
+        self._offer_spare()
         self._maintain()
 
     def _collect(self):
@@ -314,19 +406,26 @@ class Binlog:
                 self._collect()
 
     def close(self):
-        """Clean shutdown: everything on disk, the current file cut to size."""
+        """Clean shutdown: everything on disk, the current file cut to size, no spare left."""
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
+        if self.fd >= 0:
+            self._write_segments(*self.core.take_wal())
         if self._syncer is not None:
             self.loop.remove_reader(self._syncer.fileno())
-            self._syncer.stop()
+            self._syncer.stop()             # after the syncs it was given
+            seq, err = self._syncer.collect()
+            if err:
+                log.error("fsync of a finished binlog file failed: %s", os.strerror(err))
+                self.core.set_failed(self._written_seq)
             self._syncer = None
+        for seq in sorted(self._ready, reverse=True):
+            self._discard(seq)
         if self._filler is not None:
             self._filler.stop()
             self._filler = None
         if self.fd >= 0:
-            self._write(*self.core.take_wal())
             try:
                 os.ftruncate(self.fd, self.used)
                 if self.fsync:

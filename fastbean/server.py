@@ -42,6 +42,12 @@ class Server:
         else:
             end_turn_soon = functools.partial(loop.call_soon, self.end_turn)
             ext_stats = busypoll.stats_lines
+        self.binlog = None
+        commit_soon = next_file = None
+        if config.binlog_dir is not None:
+            self.binlog = Binlog(loop, config.binlog_dir, config.binlog_size,
+                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
+            commit_soon, next_file = self.binlog.schedule, self.binlog.next_file
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
@@ -50,11 +56,9 @@ class Server:
             arm=self._arm,
             end_turn_soon=end_turn_soon,
             ext_stats=ext_stats,
+            commit_soon=commit_soon,
+            next_file=next_file,
         )
-        self.binlog = None
-        if config.binlog_dir is not None:
-            self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
-                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
         self.connections = set()
         self.listeners = []
         self._timer = None
@@ -86,6 +90,8 @@ class Server:
 
     def end_turn(self):
         self.core.end_turn()
+        if self.binlog is not None:
+            self.binlog.end_of_turn()
 
     def _arm(self, delay):
         if self._timer is not None:
@@ -108,9 +114,12 @@ class Server:
 
     async def start(self, socks):
         if self.binlog is not None:
-            self.binlog.open()
+            self.binlog.open(self.core)
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
-        factory = lambda: cls(self)
+
+        def factory():
+            return cls(self)
+
         for sock in socks:
             if sock.family == socket.AF_UNIX:
                 srv = await self.loop.create_unix_server(factory, sock=sock, backlog=BACKLOG)

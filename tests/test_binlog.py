@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-
 from tests.servers import Client, Server, free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -50,9 +49,12 @@ def make_jobs(c):
     c.watch("alpha")
     c.watch("beta.gamma")
     # bury two, release one with a delay, keep one reserved, delete one, kick one
-    c.reserve_job(ids[0]); c.cmd(b"bury %d 5" % ids[0], b"BURIED")
-    c.reserve_job(ids[6]); c.cmd(b"bury %d 6" % ids[6], b"BURIED")
-    c.reserve_job(ids[2]); c.cmd(b"release %d 9 500" % ids[2], b"RELEASED")
+    c.reserve_job(ids[0])
+    c.cmd(b"bury %d 5" % ids[0], b"BURIED")
+    c.reserve_job(ids[6])
+    c.cmd(b"bury %d 6" % ids[6], b"BURIED")
+    c.reserve_job(ids[2])
+    c.cmd(b"release %d 9 500" % ids[2], b"RELEASED")
     c.reserve_job(ids[12])
     c.cmd(b"delete %d" % ids[3], b"DELETED")
     c.use("default")
@@ -80,6 +82,22 @@ def test_restart_keeps_every_job(tmp_path):
         # ids continue after the highest one
         assert c.put(b"x") == max(ids) + 1
     s.stop()
+
+
+@pytest.mark.parametrize("policy", [("-f", "0"), ("-f", "50"), ("-F",)])
+def test_spare_file_is_ready_and_a_clean_stop_removes_it(tmp_path, policy):
+    # The next file waits, allocated, while the server runs; a clean stop
+    # leaves only files with records in them.
+    d = tmp_path / "binlog"
+    s = fastbean(tmp_path, *policy)
+    with Client(s.port) as c:
+        c.put(b"x")
+        names = sorted(n for n in os.listdir(d) if n.startswith("binlog."))
+        assert names == ["binlog.1", "binlog.2"]
+        assert os.path.getsize(d / "binlog.2") >= 10 << 20        # preallocated for -s
+    assert s.stop() == 0, s.log
+    assert sorted(n for n in os.listdir(d) if n.startswith("binlog.")) == ["binlog.1"]
+    assert b"Traceback" not in s.log
 
 
 def test_ids_continue_after_every_job_is_deleted(tmp_path):
@@ -175,7 +193,8 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
     # With -f 0 each group commit waits on an fdatasync, and on ext4 or XFS
     # that is much slower over space fallocate reserved: it also commits
     # the journal. A thread overwrites the new file's reserved space with
-    # zeros, so the records land on written blocks.
+    # zeros, so the records land on written blocks; then the spare file's,
+    # which the next records go to.
     probe = tmp_path / "probe"
     fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -195,17 +214,21 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
         s = fastbean(tmp_path, "-f", policy, "-s", str(4 << 20))
         with Client(s.port) as c:
             c.put(b"x" * 1000)
-            (name,) = [n for n in os.listdir(d) if n.startswith("binlog.")]
-            left = unwritten_bytes(d / name)
+            names = sorted((n for n in os.listdir(d) if n.startswith("binlog.")),
+                           key=lambda n: int(n[7:]))
+            assert len(names) == 2          # the current file and the spare
             deadline = time.monotonic() + 30
-            while filled and left > 65536 and time.monotonic() < deadline:
+            while True:
+                left = [unwritten_bytes(d / n) for n in names]
+                if not filled or max(left) <= 65536 or time.monotonic() > deadline:
+                    break
                 time.sleep(0.05)
-                left = unwritten_bytes(d / name)
             assert c.peek(1) == b"x" * 1000
-        if filled:
-            assert left <= 65536, left     # all but the chunk the records started in
-        else:
-            assert left > 3 << 20, left
+        for n in left:
+            if filled:
+                assert n <= 65536, left     # all but the chunk the records start in
+            else:
+                assert n > 3 << 20, left
         s.kill()
         s.wait()
         s = fastbean(tmp_path)
@@ -301,8 +324,8 @@ def test_torn_tail_at_every_offset_still_replays(tmp_path):
             t.mkdir()
             (t / name).write_bytes(data[:cut] + b"\0" * pad)
             core = Core()
-            b = Binlog(core, None, str(t), 65536)
-            b.open()
+            b = Binlog(None, str(t), 65536)
+            b.open(core)
             n = _expected(data, ends, cut, pad)
             assert core.has_job(keep[1]) and core.has_job(keep[2])
             assert core.has_job(keep[0]) == (n < 4), (cut, pad)
