@@ -3,13 +3,20 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test fuzz debug asan bench
+.PHONY: build test lint fuzz debug asan bench
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
 
 test: build
 	$(PY) -m pytest -q
+
+# ruff for the Python, cython-lint for the Cython, and the extensions rebuilt
+# with every C compiler warning an error (FASTBEAN_WERROR=1).
+lint:
+	$(PY) -m ruff check .
+	cython-lint fastbean/*.pyx fastbean/*.pxd fastbean/*.pxi
+	FASTBEAN_WERROR=1 $(PY) setup.py build_ext --inplace -q --force
 
 # The randomized tests (engine against its model, parser against the reference
 # parser, randomized differential sessions) with FUZZ times their examples.

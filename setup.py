@@ -2,6 +2,7 @@
 
 FASTBEAN_DEBUG=1 builds with invariant checks, -O0 -g and annotated HTML.
 FASTBEAN_SANITIZE=1 adds AddressSanitizer and UBSan (run under LD_PRELOAD of libasan).
+FASTBEAN_WERROR=1 makes every compiler warning an error (make lint).
 """
 import os
 
@@ -10,9 +11,12 @@ from setuptools import Extension, setup
 
 DEBUG = os.environ.get("FASTBEAN_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("FASTBEAN_SANITIZE", "") not in ("", "0")
+WERROR = os.environ.get("FASTBEAN_WERROR", "") not in ("", "0")
 
 cflags = ["-O0", "-g3"] if DEBUG else ["-O2"]
 cflags += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+if WERROR:
+    cflags += ["-Werror"]
 ldflags = []
 if SANITIZE:
     cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]

@@ -8,9 +8,12 @@
 # usable CRLF in its first 224 bytes is dropped up to the next CRLF, which is
 # then answered with a single BAD_FORMAT.
 
+cimport cython
+
 from fastbean._wire cimport Cmd, LINE_MAX
 
 
+@cython.final
 cdef class Parser:
     # Input not yet parsed: the chunk being read, then further chunks.
     cdef object cur               # bytes being parsed (owned)

@@ -2,7 +2,7 @@
 """Incremental parser of the beanstalk protocol (see _parser.pxd)."""
 
 from libc.string cimport memchr, memcpy, memcmp
-from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
+from libc.stdint cimport uint32_t, uint64_t, int32_t, UINT32_MAX, UINT64_MAX
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF

@@ -5,7 +5,6 @@ asyncio, uvloop and the engine are loaded, so clients can connect (into the
 kernel's backlog) while the rest of the server starts.
 """
 import logging
-import os
 import signal
 import sys
 
@@ -172,7 +171,7 @@ def main(argv=None):
         log.error("%s", e)
         return e.status
 
-    from fastbean import server        # asyncio, uvloop and the engine: after binding
+    from fastbean import server  # asyncio, uvloop and the engine: after binding
     return server.main(config, listeners)
 
 

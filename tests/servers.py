@@ -49,7 +49,7 @@ def server_cmd(kind, port):
     if kind == "fastbean":
         return fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)]
     if kind == "nullserver":
-        from benchmarks.harness import build_tool      # C, compiled on first use
+        from benchmarks.harness import build_tool  # C, compiled on first use
         return [build_tool("nullserver"), str(port)]
     raise ValueError("no server kind %r" % kind)
 

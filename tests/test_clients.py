@@ -5,7 +5,6 @@ import importlib.machinery
 import greenstalk
 import pytest
 
-
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -66,3 +65,36 @@ def test_compiled_modules_are_what_runs():
     for mod in (core, parser, sync):
         assert isinstance(mod.__loader__, importlib.machinery.ExtensionFileLoader), mod
         assert mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), mod.__file__
+
+
+def test_type_stubs_cover_the_compiled_api():
+    # Every public class, function and method of the compiled modules is in
+    # its .pyi stub, and the stubs name nothing that is not there.
+    import ast
+    import inspect
+    import os
+
+    import fastbean._core as core
+    import fastbean._parser as parser
+    import fastbean._sync as sync
+    for mod in (core, parser, sync):
+        path = os.path.join(os.path.dirname(mod.__file__), mod.__name__.rsplit(".", 1)[1] + ".pyi")
+        tree = ast.parse(open(path).read())
+        stub = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                stub[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} \
+                    if isinstance(node, ast.ClassDef) else None
+        have = {}
+        for name, obj in vars(mod).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
+                continue
+            if inspect.isclass(obj):
+                have[name] = {m for m in vars(obj) if not m.startswith("_")
+                              or m in ("__len__", "__contains__")}
+            elif callable(obj):
+                have[name] = None
+        assert set(have) == set(stub), mod
+        for name, methods in have.items():
+            if methods is not None:
+                assert methods <= stub[name], (name, methods - stub[name])

@@ -4,7 +4,8 @@ Hypothesis drives several connections through random commands; every reply
 of the compiled engine (run in-process, sans-IO, with fake transports) must be
 the one the model predicts. Time plays no part: no delays, TTRs far away.
 """
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fastbean._core import Core

@@ -3,7 +3,8 @@ and random inputs, fed whole and in random pieces."""
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fastbean._parser import Parser
 from tests.refparser import RefParser, parse_line

@@ -72,7 +72,8 @@ def test_slow_reader_cannot_make_the_server_buffer_without_bound(fastbean_server
 
 
 @pytest.mark.skipif(bool(os.environ.get("FASTBEAN_SANITIZED")),
-                    reason="under ASan (make asan) memory comes from ASan's allocator, which malloc_trim does not touch")
+                    reason="under ASan (make asan) memory comes from ASan's allocator, "
+                           "which malloc_trim does not touch")
 @pytest.mark.parametrize("fastbean_server", [("-z", "65536",)], indirect=True)
 def test_memory_of_a_drained_backlog_goes_back(fastbean_server):
     # Big bodies live in malloc's heap, not pymalloc's arenas. A few jobs that

@@ -1,0 +1,12 @@
+"""Type stubs of the compiled parser's Python-facing API (_parser.pyx)."""
+from typing import Callable, Dict, List, Optional, Tuple, Union, final
+
+OP_NAMES: Dict[int, str]
+ERR_NAMES: Dict[int, Optional[str]]
+
+@final
+class Parser:
+    def feed(self, data: Union[bytes, bytearray, memoryview]) -> None: ...
+    def parse(
+        self, data: Union[bytes, bytearray, memoryview], accept: Optional[Callable[[int], bool]] = ...
+    ) -> List[Tuple[object, ...]]: ...
