@@ -126,18 +126,29 @@ static void set_out_interest(Conn *c, int want)
     c->want_out = want;
 }
 
+/* One read or write, again after EINTR: the bytes moved, 0 when it would
+ * block, -1 when the connection is gone (a read of 0 is the peer's end). */
+static ssize_t io(int fd, char *buf, size_t n, int writing)
+{
+    for (;;) {
+        ssize_t k = writing ? write(fd, buf, n) : read(fd, buf, n);
+        if (k > 0)
+            return k;
+        if (k < 0 && errno == EINTR)
+            continue;
+        return k < 0 && errno == EAGAIN ? 0 : -1;
+    }
+}
+
 /* Write what is pending; 0 when the connection is gone. */
 static int flush_out(Conn *c)
 {
     while (c->outlen) {
-        ssize_t n = write(c->fd, c->out, c->outlen);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN)
-                break;
+        ssize_t n = io(c->fd, c->out, c->outlen, 1);
+        if (n < 0)
             return 0;
-        }
+        if (n == 0)
+            break;
         memmove(c->out, c->out + n, c->outlen - (size_t)n);
         c->outlen -= (size_t)n;
     }
@@ -145,21 +156,16 @@ static int flush_out(Conn *c)
     return 1;
 }
 
-/* Read what has arrived; 0 when the connection is gone. */
+/* Read what has arrived and answer it; 0 when the connection is gone. */
 static int on_readable(Conn *c)
 {
     for (;;) {
         c->in = grow(c->in, &c->incap, c->inlen + 65536);
-        ssize_t n = read(c->fd, c->in + c->inlen, c->incap - c->inlen);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN)
-                break;
+        ssize_t n = io(c->fd, c->in + c->inlen, c->incap - c->inlen, 0);
+        if (n < 0)
             return 0;
-        }
         if (n == 0)
-            return 0;
+            break;
         c->inlen += (size_t)n;
         if ((size_t)n < 65536)
             break;
