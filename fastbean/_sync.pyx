@@ -260,8 +260,10 @@ cdef class SyncThread(Worker):
 # has to flush more than one chunk of them, and syncs once at the end. It
 # works through an open file of its own, so that the write-back errors it
 # sees are not taken from the group commit's fdatasync. Once the current
-# file is done it fills the spare file the binlog keeps ready, so that file
-# is fast from its first record too.
+# file is done and its records have reached half of it, it fills the spare
+# file the binlog keeps ready, so that file is fast from its first record
+# too (not sooner: a run of the server that never gets there should not pay
+# for writing a second file).
 #
 # The loop writes records at increasing offsets. The filler only ever writes
 # at or above `pos`, which only grows, and writes each chunk under the lock.
@@ -283,7 +285,9 @@ cdef struct FillState:
     pthread_mutex_t mu
     pthread_cond_t wake
     FillFile cur          # the current file
-    FillFile nxt          # the spare, filled once cur is done
+    FillFile nxt          # the spare, filled once cur is done and nxt_due
+    int64_t written       # where the loop's records in cur end (the loop's own)
+    bint nxt_due          # cur's records have reached half of it
     char *zeros
     int error             # errno of the last failed fill, 0 if none
     bint stopping
@@ -314,7 +318,7 @@ cdef void *fill_main(void *arg) noexcept nogil:
     setpriority(PRIO_PROCESS, <unsigned int>syscall(SYS_gettid), 19)   # best effort
     pthread_mutex_lock(&s.mu)
     while True:
-        while not s.stopping and not _fill_due(&s.cur) and not _fill_due(&s.nxt):
+        while not s.stopping and not _fill_due(&s.cur) and not (s.nxt_due and _fill_due(&s.nxt)):
             pthread_cond_wait(&s.wake, &s.mu)
         if s.stopping:
             break
@@ -372,6 +376,8 @@ cdef class ZeroFill(Worker):
         previous file."""
         pthread_mutex_lock(&self.s.mu)
         _fill_set(&self.s.cur, fd, used, end)
+        self.s.written = used
+        self.s.nxt_due = False
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
@@ -380,6 +386,7 @@ cdef class ZeroFill(Worker):
         done; it replaces an earlier spare. fd -1: no spare any more."""
         pthread_mutex_lock(&self.s.mu)
         _fill_set(&self.s.nxt, fd, used, end)
+        self.s.nxt_due = self.s.written * 2 >= self.s.cur.end
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
@@ -392,17 +399,24 @@ cdef class ZeroFill(Worker):
         self.s.cur = self.s.nxt
         fb_store(&self.s.cur.pos, self.s.nxt.pos)
         self.s.nxt.fd = -1
+        self.s.written = self.s.cur.head
+        self.s.nxt_due = False
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
     def claim(self, int64_t end):
         """The loop is about to write records up to offset `end` of the current file."""
-        if end <= fb_load(&self.s.cur.pos):
+        cdef bint half = not self.s.nxt_due and end * 2 >= self.s.cur.end and self.s.nxt.fd >= 0
+        self.s.written = end
+        if end <= fb_load(&self.s.cur.pos) and not half:
             return
         with nogil:
             pthread_mutex_lock(&self.s.mu)
             if end > self.s.cur.head:
                 self.s.cur.head = end
+            if half:
+                self.s.nxt_due = True
+                pthread_cond_signal(&self.s.wake)
             pthread_mutex_unlock(&self.s.mu)
 
     def take_error(self):

@@ -193,8 +193,8 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
     # With -f 0 each group commit waits on an fdatasync, and on ext4 or XFS
     # that is much slower over space fallocate reserved: it also commits
     # the journal. A thread overwrites the new file's reserved space with
-    # zeros, so the records land on written blocks; then the spare file's,
-    # which the next records go to.
+    # zeros, so the records land on written blocks; and once the records
+    # have reached half of it, the spare file's, which they go to next.
     probe = tmp_path / "probe"
     fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -217,18 +217,25 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
             names = sorted((n for n in os.listdir(d) if n.startswith("binlog.")),
                            key=lambda n: int(n[7:]))
             assert len(names) == 2          # the current file and the spare
-            deadline = time.monotonic() + 30
-            while True:
-                left = [unwritten_bytes(d / n) for n in names]
-                if not filled or max(left) <= 65536 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+            current, spare = [d / n for n in names]
+
+            def wait_filled(path):
+                deadline = time.monotonic() + 30
+                while filled and unwritten_bytes(path) > 65536 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return unwritten_bytes(path)
+
+            left = wait_filled(current)
+            assert unwritten_bytes(spare) > 3 << 20     # not yet: the current file is nearly empty
+            for _ in range(36):                         # past half of the current file
+                c.put(b"y" * 60000)
+            spare_left = wait_filled(spare)
             assert c.peek(1) == b"x" * 1000
-        for n in left:
+        for n in (left, spare_left):
             if filled:
-                assert n <= 65536, left     # all but the chunk the records start in
+                assert n <= 65536, (left, spare_left)   # all but the chunk the records start in
             else:
-                assert n > 3 << 20, left
+                assert n > 3 << 20, (left, spare_left)
         s.kill()
         s.wait()
         s = fastbean(tmp_path)
