@@ -12,7 +12,8 @@
 #   _queue.pxi   job state moves, matching jobs with waiting connections, due timers
 #   _conn.pxi    a connection's output, watch list, waiting, TTR margin, release
 #   _cmds.pxi    one function per command, and dispatch
-#   _run.pxi     running a connection's buffered commands; fair turns; the end of each piece of work
+#   _run.pxi     running a connection's buffered commands; the end of each piece of work
+#   _turn.pxi    fair turns: which connection runs a read now, which at the end of the loop turn
 #   _stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
 #   _wal.pxi     binlog records: beanstalkd's format version 7, encoding and replay parsing
 #   _walg.pxi    binlog space, files, migration, replayed jobs, replies held until durable
@@ -251,7 +252,7 @@ cdef class Core:
     cdef JobList replayed             # jobs read by replay, in order of first appearance
     cdef uint64_t replay_max_id
 
-    # Fair turns (_run.pxi): a read from a connection served in the last
+    # Fair turns (_turn.pxi): a read from a connection served in the last
     # loop turn waits for the end of this one (Core.end_turn).
     cdef list turn                    # connections held back this turn
     cdef bint turn_asked              # end_turn_soon() called; end_turn() not yet

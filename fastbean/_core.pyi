@@ -2,6 +2,7 @@
 from typing import Callable, Dict, List, Optional, Tuple, Union, final
 
 FILE_HEADER: bytes
+FILE_FIRST_RECORD: int
 DEBUG: bool
 
 def tune_malloc() -> None: ...

@@ -58,6 +58,7 @@ include "_queue.pxi"
 include "_conn.pxi"
 include "_cmds.pxi"
 include "_run.pxi"
+include "_turn.pxi"
 include "_stats.pxi"
 include "_walg.pxi"
 include "_check.pxi"
@@ -134,7 +135,7 @@ cdef class Core:
 
     def end_turn(self):
         """The end of a loop turn that read something: the connections held
-        back for fairness run (see _run.pxi), then one timer update for the
+        back for fairness run (see _turn.pxi), then one timer update for the
         whole turn (the server then commits the binlog once)."""
         enter(self)
         if not self.turn_asked:         # ended already

@@ -19,8 +19,11 @@ cdef enum:
 
 
 cdef int32_t _version = WAL_VERSION
-# The first bytes of every binlog file (binlog.py writes them when it makes one).
+# The first bytes of every binlog file (binlog.py writes them when it makes one),
+# and the most the engine writes into a new file before its first job record
+# (_walg.pxi's marker), which binlog.py sizes files for.
 FILE_HEADER = PyBytes_FromStringAndSize(<char *>&_version, WAL_HEADER)
+FILE_FIRST_RECORD = WAL_SHORT
 
 
 cdef inline Py_ssize_t wal_full_size(Job *j) noexcept:

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 
-from fastbean._core import FILE_HEADER
+from fastbean._core import FILE_FIRST_RECORD, FILE_HEADER
 from fastbean._sync import SyncThread, ZeroFill
 from fastbean.config import DEFAULT_FSYNC_MS
 from fastbean.errors import BinlogError, BinlogLockedError
@@ -27,7 +27,6 @@ log = logging.getLogger("fastbean")
 
 BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
-FIRST_RECORD = 84           # the engine starts each file with a short record (_walg.pxi)
 
 
 class _File:
@@ -125,7 +124,7 @@ class Binlog:
             # Group commits wait on every fdatasync: keep them to overwrites.
             self._filler = ZeroFill()
         live, resv, used, cap, nfiles = core.wal_status()
-        first = self._make(resv + FIRST_RECORD)
+        first = self._make(resv + FILE_FIRST_RECORD)
         if first is None:
             raise BinlogError("cannot create a binlog file in %s" % self.dir)
         core.wal_start(self._next_seq - 1, first.cap, first.used)
@@ -216,10 +215,10 @@ class Binlog:
         # Keep a spare ready, big enough for -s bytes beyond the deletes the
         # engine keeps room for, with an eighth to spare for their growth.
         live, resv, used, cap, nfiles = self.core.wal_status()
-        need = resv + resv // 8 + FIRST_RECORD
+        need = resv + resv // 8 + FILE_FIRST_RECORD
         if self._spare:
             f = self._ready[self._spare]
-            if f.cap - f.used >= self.max_size + resv + FIRST_RECORD:
+            if f.cap - f.used >= self.max_size + resv + FILE_FIRST_RECORD:
                 return
             self._discard(self._spare)      # the backlog outgrew it
         f = self._make(need)

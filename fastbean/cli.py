@@ -9,7 +9,17 @@ import signal
 import sys
 
 from fastbean import __version__
-from fastbean.config import DEFAULT_FSYNC_MS, HANDLED_SIGNALS, MAX_BUSY_POLL_US, MAX_JOB_SIZE_LIMIT, Config
+from fastbean.config import (
+    DEFAULT_BINLOG_SIZE,
+    DEFAULT_BUSY_POLL_US,
+    DEFAULT_FSYNC_MS,
+    DEFAULT_MAX_JOB_SIZE,
+    DEFAULT_PORT,
+    HANDLED_SIGNALS,
+    MAX_BUSY_POLL_US,
+    MAX_JOB_SIZE_LIMIT,
+    Config,
+)
 from fastbean.errors import ConfigError
 
 log = logging.getLogger("fastbean")
@@ -22,10 +32,10 @@ Options:
  -f MS    fsync the binlog at most every MS milliseconds (-f0: before every reply)
  -F       never fsync
  -l ADDR  listen on ADDR, or on the UNIX socket PATH with unix:PATH (default: all addresses)
- -p PORT  listen on PORT (default: 11300)
+ -p PORT  listen on PORT (default: %(port)s)
  -u USER  switch to USER and its group after binding
- -z BYTES largest job body accepted (default: 65535)
- -s BYTES size of each binlog file (default: 10485760)
+ -z BYTES largest job body accepted (default: %(max_job_size)d)
+ -s BYTES size of each binlog file (default: %(binlog_size)d)
  -c       (removed in beanstalkd; ignored with a warning)
  -n       (removed in beanstalkd; ignored with a warning)
  -v       print the version and exit
@@ -37,8 +47,9 @@ fastbean's own options:
                          (suffixes K, M, G; default: no cap)
  --max-connections N     refuse connections beyond N (default: no limit)
  --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
-                         before sleeping; adapts to the clients (default: 100; 0: never)
-"""
+                         before sleeping; adapts to the clients (default: %(busy_poll_us)d; 0: never)
+""" % {"port": DEFAULT_PORT, "max_job_size": DEFAULT_MAX_JOB_SIZE, "binlog_size": DEFAULT_BINLOG_SIZE,
+       "busy_poll_us": DEFAULT_BUSY_POLL_US}
 
 VALUE_FLAGS = "bflpuzs"
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
