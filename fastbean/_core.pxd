@@ -304,7 +304,8 @@ cdef class Conn:
     cdef Watch *watch
     cdef Py_ssize_t nwatch, capwatch
 
-    cdef Job *res_head                # reserved jobs, most recent first
+    cdef Job *res_head                # reserved jobs, oldest reservation first (beanstalkd
+    cdef Job *res_tail                # releases them in this order when the conn closes)
     cdef Py_ssize_t nreserved
     cdef Job *soonest                 # cached soonest TTR among them, or NULL if unknown
 

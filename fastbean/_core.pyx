@@ -432,6 +432,8 @@ cdef class Core:
                 c.res_head = j.next
             if j.next != NULL:
                 j.next.prev = j.prev
+            else:
+                c.res_tail = j.prev
             c.nreserved -= 1
             if c.soonest == j:
                 c.soonest = NULL
@@ -489,11 +491,13 @@ cdef class Core:
         j.deadline = now + j.ttr_ns
         j.reserve_ct += 1
         j.owner = <PyObject *>c
-        j.prev = NULL
-        j.next = c.res_head
-        if c.res_head != NULL:
-            c.res_head.prev = j
-        c.res_head = j
+        j.next = NULL
+        j.prev = c.res_tail
+        if c.res_tail != NULL:
+            c.res_tail.next = j
+        else:
+            c.res_head = j
+        c.res_tail = j
         c.nreserved += 1
         if c.nreserved == 1 or (c.soonest != NULL and j.deadline < c.soonest.deadline):
             c.soonest = j
@@ -831,8 +835,7 @@ cdef class Core:
     cdef int conn_release(self, Conn c) except -1:
         # The connection is gone (closed, quit, lost): undo everything it holds.
         cdef Job *j
-        cdef Py_ssize_t i
-        cdef int64_t now
+        cdef Tube *t
         if c.closed:
             return 0
         c.closed = True
@@ -846,13 +849,18 @@ cdef class Core:
         if c.put_cost:
             self.mem_used -= c.put_cost
             c.put_cost = 0
+        # beanstalkd empties the watch list by removing entry 0 with swap-with-last,
+        # then drops the used tube; tubes that die here leave the tube list (itself
+        # swap-with-last) in that order, which list-tubes shows.
+        while c.nwatch:
+            t = c.watch[0].tube
+            c.nwatch -= 1
+            c.watch[0] = c.watch[c.nwatch]
+            t.watching_ct -= 1
+            self.tube_decref(t)
         c.use.using_ct -= 1
         self.tube_decref(c.use)
         c.use = NULL
-        for i in range(c.nwatch):
-            c.watch[i].tube.watching_ct -= 1
-            self.tube_decref(c.watch[i].tube)
-        c.nwatch = 0
         if c.producer:
             self.producer_ct -= 1
         if c.worker:
@@ -1459,6 +1467,9 @@ cdef class Core:
         for k in range(self.ttr_heap.len):
             j = <Job *>self.ttr_heap.items[k]
             assert j.state == JOB_RESERVED and j.heap_index == k and j.owner != NULL
+            c = <Conn>j.owner
+            assert (j.prev == NULL) == (j == c.res_head), "reserved list head"
+            assert (j.next == NULL) == (j == c.res_tail), "reserved list tail"
             reserved += 1
         assert ready == self.ready_ct and urgent == self.urgent_ct
         assert delayed == self.delayed_ct and buried == self.buried_ct
@@ -1583,9 +1594,9 @@ cdef class Core:
     def replay(self, data, int64_t seq):
         """Apply the records of binlog.<seq> (its whole contents).
 
-        Returns (records applied, bytes not applied, reason or None). Bytes not
-        applied are a torn or corrupt tail; a zero-filled tail is the unused
-        part of a preallocated file and counts as nothing.
+        Returns (records applied, where they end, reason or None). Bytes past
+        the end are a torn or corrupt tail when there is a reason, else the
+        zero-filled unused part of a preallocated file.
         """
         cdef const char *p
         cdef Py_ssize_t n, pos, size, k
@@ -1600,10 +1611,10 @@ cdef class Core:
         n = PyBytes_GET_SIZE(data)
         self.wal_new_file(seq, 0, 0)
         if n < WAL_HEADER:
-            return (0, n, "no version header" if n else None)
+            return (0, 0, "no version header" if n else None)
         memcpy(&version, p, 4)
         if version != WAL_VERSION:
-            return (0, n, "unknown version %d" % version)
+            return (0, 0, "unknown version %d" % version)
         pos = WAL_HEADER
         reason = None
         signed = -1             # unknown until the first record: 1 = written by fastbean
@@ -1658,9 +1669,7 @@ cdef class Core:
                 if p[k] != 0:
                     reason = "garbage after the last record"
                     break
-            else:
-                return (count, 0, None)
-        return (count, n - pos, reason)
+        return (count, pos, reason)
 
     cdef object _replay_one(self, Jobrec *rec, const char *name, int32_t namelen,
                             const char *body):
