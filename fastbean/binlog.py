@@ -97,12 +97,16 @@ class Binlog:
                 except FileNotFoundError:
                     log.warning("binlog.%d is missing; continuing", seq)
                     data = b""
-                records, dropped, reason = self.core.replay(data, seq)
+                records, end, reason = self.core.replay(data, seq)
                 if reason is not None:
                     log.warning("binlog.%d: %s: %d bytes after record %d not replayed; "
-                                "you may be missing data", seq, reason, dropped, records)
-                self.sizes[seq] = len(data)
-                self.closed_bytes += len(data)
+                                "you may be missing data", seq, reason, len(data) - end, records)
+                # Count the records, not the file: a file left by a crash is still
+                # its full preallocated size, and taking those zeros for dead
+                # records would re-log every replayed job at once (beanstalkd
+                # does not, and binlog-records-written would show it).
+                self.sizes[seq] = end
+                self.closed_bytes += end
             self.seq = seqs[-1]
         jobs = self.core.replay_finish()
         if seqs:
