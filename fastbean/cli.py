@@ -49,10 +49,37 @@ class Usage(ConfigError):
     """A usage error: print the message and the usage text, exit 5."""
 
 
+C_SPACE = " \t\n\v\f\r"
+SIZE_T_MAX = (1 << 64) - 1
+
+
 def _size(text, what):
-    if not text.isdigit():
-        raise Usage("invalid size: %s" % text if what is None else "invalid %s: %s" % (what, text))
+    if not text.isascii() or not text.isdigit():
+        raise Usage("invalid %s: %s" % (what, text))
     return int(text)
+
+
+def _size_t(text):
+    """A number as beanstalkd reads -z, -s and -f (sscanf "%zu%c"): leading
+    blanks and a sign allowed, decimal digits, nothing after them. A negative
+    number wraps around 2**64 and a too large one saturates, as strtoull does,
+    so `-z -1` means the largest size there too."""
+    digits = text.lstrip(C_SPACE)
+    negative = digits[:1] == "-"
+    if digits[:1] in ("-", "+"):
+        digits = digits[1:]
+    if not digits or not digits.isascii() or not digits.isdigit():
+        raise Usage("invalid size: %s" % text)
+    n = int(digits)
+    if n > SIZE_T_MAX:
+        return SIZE_T_MAX
+    return (-n) % (1 << 64) if negative else n
+
+
+def _signed(n, bits):
+    """n's low `bits` bits as a two's-complement number (a C cast)."""
+    n &= (1 << bits) - 1
+    return n - (1 << bits) if n >> (bits - 1) else n
 
 
 def _bytes_with_suffix(text, what):
@@ -118,17 +145,19 @@ def parse_args(argv):
                 elif flag == "b":
                     opts["binlog_dir"] = value
                 elif flag == "z":
-                    size = _size(value, None)
+                    size = _size_t(value)
                     if size > MAX_JOB_SIZE_LIMIT:
                         log.warning("maximum job size was set to %d", MAX_JOB_SIZE_LIMIT)
                         size = MAX_JOB_SIZE_LIMIT
                     opts["max_job_size"] = size
                 elif flag == "s":
-                    opts["binlog_size"] = _size(value, None)
+                    # beanstalkd keeps it in an int: binlog-max-size shows the cast
+                    opts["binlog_size"] = _signed(_size_t(value), 32)
                 elif flag == "f":
-                    if not value.isdigit():
-                        raise Usage("invalid fsync interval: %s" % value)
-                    fsync, fsync_ms = True, int(value)
+                    # beanstalkd: an int64 of milliseconds times 10**6 ns; a
+                    # result <= 0 syncs after every write, as -f 0 does
+                    ns = _signed(_signed(_size_t(value), 64) * 1000000, 64)
+                    fsync, fsync_ms = True, max(ns // 1000000, 1) if ns > 0 else 0
             elif flag == "F":
                 fsync = False
             elif flag == "V":
