@@ -562,3 +562,64 @@ def test_directory_written_by_fastbean_replays_in_beanstalkd(tmp_path):
                {k: v[:5] + v[6:] for k, v in before.items()}
         assert c.put(b"next") == max(ids) + 1
     b.kill()
+
+
+# -- counters after a replay, against the real beanstalkd ------------------------
+
+def _after_crash_replay(kind, d):
+    """Jobs in several states and tubes, kill -9, start again on the same
+    directory, then logged writes of every kind; the binlog counters and job
+    stats seen along the way."""
+    seen = []
+    s = Server.start(kind, "-b", str(d))
+    with Client(s.port) as c:
+        c.use("one")
+        for k in range(5):
+            c.put(b"job%d" % k, pri=k, delay=(100 if k == 4 else 0))
+        c.use("two")
+        c.put(b"other")
+        c.watch("one")
+        c.watch("two")
+        for jid in (1, 2, 6):
+            c.reserve_job(jid)
+        c.cmd(b"bury 2 9", b"BURIED")
+        c.cmd(b"bury 6 3", b"BURIED")
+        c.cmd(b"release 1 4 200", b"RELEASED")
+    s.kill()
+    s = Server.start(kind, "-b", str(d))
+    try:
+        with Client(s.port) as c:
+            c.watch("one")
+            c.watch("two")
+            steps = [b"stats-tube one", b"kick 1", b"delete 3", b"kick 10", b"kick-job 5",
+                     b"reserve-job 4", b"release 4 1 300", b"reserve-job 1", b"bury 1 0",
+                     b"use one", b"put 0 0 5 1\r\nz", b"delete 6"]
+            for line in steps:
+                reply = c.cmd(line)
+                if reply.startswith(b"RESERVED"):
+                    c.body(int(reply.split()[2]))
+                if reply.startswith(b"OK"):
+                    c.body(int(reply.split()[1]))
+                st = c.stats()
+                jobs = {j: {k: v for k, v in (c.stats_job(j) or {}).items()
+                            if k not in ("age", "time-left", "file", "buries")}
+                        for j in range(1, 8)}
+                seen.append((line, reply, st["binlog-records-written"],
+                             st["binlog-records-migrated"], st["current-jobs-ready"],
+                             st["current-jobs-buried"], st["current-jobs-delayed"], jobs))
+    finally:
+        s.stop()
+    return seen
+
+
+def test_binlog_counters_after_a_crash_replay_match_beanstalkd(tmp_path):
+    # A file left by a crash is still its full preallocated size; the records
+    # in it, not its size, decide whether replayed jobs get re-logged.
+    # (buries is left out: see the compatibility notes.)
+    got = {}
+    for kind in ("beanstalkd", "fastbean"):
+        d = tmp_path / kind
+        d.mkdir()
+        got[kind] = _after_crash_replay(kind, d)
+    for ref, ours in zip(got["beanstalkd"], got["fastbean"]):
+        assert ours == ref
