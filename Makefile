@@ -3,7 +3,7 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test fuzz debug asan bench
+.PHONY: build test fuzz debug asan bench peers
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
@@ -44,3 +44,7 @@ bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
+
+peers: build          ## the peer corpus beside the checkout, against the real beanstalkd
+	$(PY) ../shared/conformance/peers.py --no-doctest \
+	    --server-cmd '$(PY) -m fastbean -l 127.0.0.1 -p {port}'
