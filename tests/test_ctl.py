@@ -1,6 +1,7 @@
 """fastbean-ctl, the admin tool, run as a process against real fastbean and beanstalkd servers
 (TCP and UNIX sockets), against broken peers, and in a real terminal (tmux) for top and clear."""
 import base64
+import contextlib
 import json
 import os
 import re
@@ -456,12 +457,14 @@ def test_server_error_reply(server):
     one_line_error(result, 4, "put: 127.0.0.1:%d answered DRAINING" % server.port)
 
 
-def test_top_json_samples(server):
+@contextlib.contextmanager
+def steady_puts(port, tube):
+    """A thread putting jobs into `tube` every few milliseconds while the block runs."""
     stop = threading.Event()
 
     def produce():
-        with Client(server.port) as c:
-            c.use("busy")
+        with Client(port) as c:
+            c.use(tube)
             while not stop.is_set():
                 c.put(b"x")
                 time.sleep(0.005)
@@ -469,10 +472,15 @@ def test_top_json_samples(server):
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        out = ok(ctl(server.port, "top", "--json", "-n", "3", "-i", "0.3"))
+        yield
     finally:
         stop.set()
         producer.join()
+
+
+def test_top_json_samples(server):
+    with steady_puts(server.port, "busy"):
+        out = ok(ctl(server.port, "top", "--json", "-n", "3", "-i", "0.3"))
     samples = [json.loads(line) for line in out.splitlines()]
     assert len(samples) == 3
     assert samples[0]["rates"] is None
@@ -598,25 +606,11 @@ def test_top_in_a_terminal(server, terminal):
     screen = tmux.wait("alpha's new jobs", ready_is("alpha", "5"))
     assert top_rows(screen)["alpha"][3] == "2"       # BURIED
 
-    stop = threading.Event()
-
-    def produce():
-        with Client(server.port) as c:
-            c.use("gamma")
-            while not stop.is_set():
-                c.put(b"x")
-                time.sleep(0.01)
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    try:
+    with steady_puts(server.port, "gamma"):
         # PUT/S of gamma, and the server's put rate in the header, above zero
         tmux.wait("a put rate", lambda screen: "TUBE" in screen and float(
             top_rows(screen).get("gamma", ["0"] * 8)[5].replace("-", "0")) > 0
             and not re.search(r"per s  put (0\.0|-) ", screen))
-    finally:
-        stop.set()
-        producer.join()
 
     tmux.keys("s")                                  # sort by READY, most first
     screen = tmux.wait("the READY sort", lambda screen: "s sort (READY)" in screen)
