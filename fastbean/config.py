@@ -30,3 +30,13 @@ class Config:
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
+
+# fastbean-ctl (ctl.py, ctltop.py, client.py): the admin tool's defaults
+CTL_ADDR = "127.0.0.1"                 # -l when not given; the port is DEFAULT_PORT
+CTL_TIMEOUT_S = 5.0                    # --timeout: connecting, and waiting for each reply
+CTL_TOP_INTERVAL_S = 1.0               # top --interval: seconds between refreshes
+CTL_PIPELINE = 64                      # commands in flight when asking about many tubes
+CTL_PUT_PRI = 1024                     # put --pri
+CTL_PUT_TTR_S = 60                     # put --ttr
+CTL_CLEAR_MAX_MISSES = 1000            # clear gives up after this many deletes in a row
+                                       # lose a race with other clients for the job
