@@ -19,6 +19,7 @@ HTTP_MAX_HEAD = 8192                   # bytes of request line + headers
 HTTP_REQUEST_TIMEOUT = 10.0            # seconds to send a whole request head, or to read a reply
 HTTP_IDLE_TIMEOUT = 60.0               # seconds a kept-alive connection may stay silent
 HTTP_MAX_CONNECTIONS = 64              # more are answered 503 and closed
+HTTP_LINGER = 1.0                      # seconds to drop unread input after an answer that closes
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent

@@ -14,7 +14,7 @@ import platform
 
 from fastbean import __version__
 from fastbean._core import TUBE_KEYS, TUBE_SUMMED, latency_histograms, stats_text, tube_rows
-from fastbean.config import (HTTP_IDLE_TIMEOUT, HTTP_MAX_CONNECTIONS, HTTP_MAX_HEAD,
+from fastbean.config import (HTTP_IDLE_TIMEOUT, HTTP_LINGER, HTTP_MAX_CONNECTIONS, HTTP_MAX_HEAD,
                              HTTP_REQUEST_TIMEOUT)
 from fastbean.logs import event
 from fastbean.sockets import describe
@@ -243,7 +243,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data):
         if self._closing:
-            return
+            return          # lingering after an answer that closes: dropped unread
         if not self._buf:
             self._arm(HTTP_REQUEST_TIMEOUT)     # a request begins: it has this long to arrive
         self._buf += data
@@ -251,6 +251,8 @@ class HttpProtocol(asyncio.Protocol):
             self._serve_one()
 
     def eof_received(self):
+        if self._closing:
+            self._transport.close()
         return False
 
     def connection_lost(self, exc):
@@ -284,13 +286,13 @@ class HttpProtocol(asyncio.Protocol):
 
     def _timed_out(self):
         self._timer = None
-        if self._buf and not self._write_paused:
+        if self._buf and not self._write_paused and not self._closing:
             self._respond(408, b"request not received in time\n", close=True)
         else:
             self.abort()
 
     def _update_reading(self):
-        want = not (self._write_paused or self._queued or self._closing)
+        want = self._closing or not (self._write_paused or self._queued)
         if want == self._read_paused and not self._transport.is_closing():
             self._read_paused = not want
             if want:
@@ -371,6 +373,16 @@ class HttpProtocol(asyncio.Protocol):
             "Connection: close\r\n" if close else "")
         self._transport.write(head.encode() + (b"" if head_only else body))
         if close:
+            # Closing with request bytes unread would send a reset, which can
+            # destroy the answer before the client reads it. So send FIN after
+            # the answer, drop what still comes, and close a moment later.
             self._closing = True
             self._buf = b""
-            self._transport.close()         # once the answer is written
+            if self._read_paused:
+                self._read_paused = False
+                self._transport.resume_reading()
+            if self._transport.can_write_eof():
+                self._transport.write_eof()
+                self._arm(HTTP_LINGER)
+            else:
+                self._transport.close()
