@@ -43,4 +43,5 @@ bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.memory
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
+	$(PY) -m benchmarks.scrape
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q

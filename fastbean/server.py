@@ -233,8 +233,6 @@ class Server:
             handle.cancel()
         for srv in self.listeners:
             srv.close()
-        if self.endpoint is not None:
-            self.endpoint.close()
         for proto in list(self.connections):
             proto.close()
         if self.connections:
@@ -243,6 +241,8 @@ class Server:
             except asyncio.TimeoutError:
                 event(logging.WARNING, "shutdown-timeout", "%(connections)d connections still "
                       "open at exit", connections=len(self.connections))
+        if self.endpoint is not None:       # /readyz said "stopping" until now
+            self.endpoint.close()
         if self.binlog is not None:
             self.binlog.close()
         self._stopped.set_result(None)

@@ -44,7 +44,7 @@ class Notifier:
 
     def ready(self, status):
         self._status = status
-        return self.send("READY=1", "STATUS=" + status, "MAINPID=%d" % os.getpid())
+        return self.send("READY=1", "STATUS=" + status)
 
     def stopping(self):
         return self.send("STOPPING=1", "STATUS=stopping")

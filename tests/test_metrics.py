@@ -377,10 +377,11 @@ def test_readyz_503_during_a_long_replay_and_ready_notified_after_listeners_acce
                     msg = notify.recv(4096).decode()
                     statuses.append(msg)
                     ready_msg = msg if "READY=1" in msg else None
+        # READY=1 was sent once it was ready: replayed, listeners served
+        assert get(mport, "/readyz")[::2] == (200, b"ready\n")
+        assert (503, b"replaying the binlog\n") in seen
         with Client(port) as c:
             assert c.stats()["current-jobs-ready"] == jobs
-        assert (503, b"replaying the binlog\n") in seen
-        assert get(mport, "/readyz")[::2] == (200, b"ready\n")
         assert "STATUS=%d jobs, 0 connections" % jobs in ready_msg
         assert any("EXTEND_TIMEOUT_USEC=" in m for m in statuses)
     finally:
