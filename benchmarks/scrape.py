@@ -18,16 +18,14 @@ what the cap saves.
 The table goes to the terminal, everything measured to benchmarks/results/scrape.json.
 """
 import argparse
-import datetime
 import http.client
-import json
 import os
 import statistics
 import sys
 import threading
 import time
 
-from benchmarks.harness import Server, build_loadgen, finish, free_port, loadgen, machine
+from benchmarks.harness import Server, build_loadgen, finish, free_port, loadgen, write_results
 from benchmarks.storms import Pipe
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -153,7 +151,6 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(RESULTS, "scrape.json"))
     args = ap.parse_args(argv)
     build_loadgen()
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     started = time.time()
     results = {}
     for cap in [int(c) for c in args.caps.split(",")]:
@@ -162,12 +159,7 @@ def main(argv=None):
     print("%d tubes; probe: a put/reserve/delete round trip every %d us for %g s; %d rounds"
           % (args.tubes, args.interval_us, args.seconds, args.rounds))
     print(table(results, args.every_ms))
-    doc = {"started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-           "wall_s": round(time.time() - started, 1), "args": vars(args), "machine": machine(),
-           "results": results}
-    with open(args.json, "w") as f:
-        json.dump(doc, f, indent=1)
-    print("\nwrote %s" % args.json)
+    write_results(args.json, started, args=vars(args), results=results)
 
 
 if __name__ == "__main__":
