@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from servers import Client, Server, free_port
+from servers import Client, Server, fastbean_cmd, free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -350,7 +350,7 @@ def test_readyz_503_during_a_long_replay_and_ready_notified_after_listeners_acce
     env = dict(os.environ, NOTIFY_SOCKET=path)
     port = free_port()
     log = tempfile.TemporaryFile()
-    p = subprocess.Popen([*__import__("servers").fastbean_cmd(), "-l", "127.0.0.1", "-p", str(port),
+    p = subprocess.Popen([*fastbean_cmd(), "-l", "127.0.0.1", "-p", str(port),
                           "-b", str(d), "--metrics", str(mport)], env=env, stderr=log)
     try:
         seen, ready_msg, statuses = set(), None, []
@@ -493,3 +493,22 @@ def test_slow_clients_are_timed_out_and_capped_without_stalling_the_queue():
         assert get(s.mport, "/healthz")[0] == 200
     finally:
         s.stop()
+
+
+def test_metrics_address_forms():
+    port = free_port()
+    s = Server.start("fastbean", "--metrics", ":%d" % port)      # every interface
+    try:
+        wait_http(port)
+        assert get(port, "/healthz")[0] == 200
+        # a port in use (this server's beanstalk port): --metrics cannot bind it
+        p = subprocess.run(fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(free_port()),
+                                             "--metrics", str(s.port)],
+                           capture_output=True, timeout=30)
+        assert p.returncode == 111 and b"--metrics: bind" in p.stderr, p.stderr
+    finally:
+        s.stop()
+    for bad in ("nope", "127.0.0.1:", "1.2.3.4:99999", "[::1]9000", "0"):
+        p = subprocess.run(fastbean_cmd() + ["--metrics", bad],
+                           capture_output=True, timeout=30)
+        assert p.returncode == 5 and b"invalid --metrics address" in p.stderr, (bad, p.stderr)
