@@ -16,8 +16,8 @@ DEFAULT_LOG_FORMAT = "text"
 # The HTTP endpoint's limits (metrics.py): a slow or malformed client gets
 # a 4xx or is closed, and cannot hold more than this.
 HTTP_MAX_HEAD = 8192                   # bytes of request line + headers
-HTTP_REQUEST_TIMEOUT = 10.0            # seconds to send a whole request head, or to read a reply
-HTTP_IDLE_TIMEOUT = 60.0               # seconds a kept-alive connection may stay silent
+HTTP_REQUEST_TIMEOUT = 10.0            # seconds to send a whole request head (408 after)
+HTTP_IDLE_TIMEOUT = 60.0               # seconds a connection may send nothing (or not read its answer)
 HTTP_MAX_CONNECTIONS = 64              # more are answered 503 and closed
 HTTP_LINGER = 1.0                      # seconds to drop unread input after an answer that closes
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks

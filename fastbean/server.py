@@ -160,7 +160,8 @@ class Server:
         self.notifier.ready(self._status())
         event(logging.INFO, "ready", "serving %(jobs)d jobs", jobs=self.core.current_jobs,
               pid=os.getpid(), version=__version__)
-        self._every(STATUS_INTERVAL, self._check)
+        if self.notifier.enabled or self.config.max_memory:
+            self._every(STATUS_INTERVAL, self._check)
 
     async def serve(self, socks, metrics_sock=None):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
