@@ -269,5 +269,6 @@ def run(config, listeners, metrics_sock=None):
     finally:
         loop.close()
         server.notifier.close()
-    event(logging.INFO, "exit", "exiting with status %(status)d", status=status)
+    event(logging.ERROR if status else logging.INFO, "exit", "exiting with status %(status)d",
+          status=status)
     return status
