@@ -512,3 +512,10 @@ def test_metrics_address_forms():
         p = subprocess.run(fastbean_cmd() + ["--metrics", bad],
                            capture_output=True, timeout=30)
         assert p.returncode == 5 and b"invalid --metrics address" in p.stderr, (bad, p.stderr)
+
+
+def test_label_values_and_help_are_escaped():
+    # tube names cannot hold these characters, but a version string could
+    from fastbean.metrics import _help, _label
+    assert _label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+    assert _help('a"b\\c\nd') == 'a"b\\\\c\\nd'
