@@ -11,6 +11,7 @@ import struct
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
