@@ -43,6 +43,7 @@ bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.memory
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
+	$(PY) -m benchmarks.scrape
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
 
 peers: build          ## the peer corpus beside the checkout, against the real beanstalkd

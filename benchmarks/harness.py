@@ -1,6 +1,7 @@
 """What every benchmark needs: the compiled load generator, server processes on
 free loopback ports (C beanstalkd from PATH, fastbean, and nullserver.c as the
 machine's ceiling), and their CPU and RSS read from /proc."""
+import datetime
 import json
 import os
 import shutil
@@ -190,3 +191,14 @@ def machine():
     return {"cpus": os.cpu_count(), "cpu_model": model, "python": sys.version.split()[0],
             "beanstalkd": subprocess.run([beanstalkd_path(), "-v"], capture_output=True,
                                          text=True).stdout.strip()}
+
+
+def write_results(path, started, **fields):
+    """Save a run's results as JSON: when it started (a time.time()), how long it took,
+    the machine, then `fields`; say where."""
+    doc = {"started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+           "wall_s": round(time.time() - started, 1), "machine": machine(), **fields}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print("\nwrote %s" % path)

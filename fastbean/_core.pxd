@@ -16,6 +16,22 @@ from cpython.object cimport PyObject
 from fastbean._parser cimport Parser, Cmd
 
 
+# Reply latency is kept per command family (metrics.py names them; see
+# _metrics.pxi for which command is in which).
+cdef enum:
+    LAT_PUT = 0
+    LAT_RESERVE = 1
+    LAT_DELETE = 2
+    LAT_JOB = 3               # release, bury, touch, kick, kick-job
+    LAT_PEEK = 4
+    LAT_TUBE = 5              # use, watch, ignore, list-tube-used, pause-tube
+    LAT_STATS = 6             # stats*, list-tubes*, fastbean-stats
+    LAT_OTHER = 7             # unknown commands, bad format
+    LAT_FAMILIES = 8
+    LAT_NONE = 8              # not timed: a put line (its body is), quit
+    LAT_BUCKETS = 21          # _hist.h's FB_LATENCY_BOUNDS + the +Inf bucket
+
+
 cdef enum JobState:
     JOB_INVALID = 0           # values are the binlog's (reference §4.2)
     JOB_READY = 1
@@ -228,6 +244,12 @@ cdef class Core:
     cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
     cdef public bint polling          # a poller's look is queued: it ends the turn too
 
+    # Metrics (_metrics.pxi): reply latency per family as histogram bucket
+    # counts (not cumulative) and sums; puts refused at the memory cap.
+    cdef uint64_t lat_hist[LAT_FAMILIES][LAT_BUCKETS]
+    cdef int64_t lat_sum_ns[LAT_FAMILIES]
+    cdef public uint64_t mem_refused
+
     # Fair turns (run_turn): a read from a connection served in the last
     # loop turn waits for the end of this one. turn_soon() asks the loop for
     # that call; without a loop (in-process tests) the caller makes it.
@@ -321,6 +343,12 @@ cdef class Conn:
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
+
+    # Reply latency (_metrics.pxi): commands run whose replies are not on
+    # the wire yet, per family, and when the oldest read among them arrived.
+    cdef int64_t read_ns              # mono ns
+    cdef uint32_t lat_pend[LAT_FAMILIES]
+    cdef uint32_t lat_npend
 
     # kick in progress over several loop turns
     cdef bint kicking, kick_buried

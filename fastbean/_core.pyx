@@ -22,12 +22,13 @@ from fastbean._parser cimport (
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
-    ERR_DRAINING,
+    ERR_DRAINING, OP_COUNT,
 )
 
 include "_heap.pxi"
 include "_table.pxi"
 include "_wal.pxi"
+include "_metrics.pxi"
 
 cdef extern from *:
     """
@@ -937,6 +938,7 @@ cdef class Core:
         cdef uint32_t k
         if op <= OP_PAUSE_TUBE:
             self.cmd_ct[op] += 1
+        lat_run(c, op)
 
         if op == OP_PUT:
             if cmd.nbytes > <uint64_t>self.max_job_size:
@@ -950,6 +952,7 @@ cdef class Core:
                 self.producer_ct += 1
             cost = <Py_ssize_t>cmd.nbytes + 2 + JOB_OVERHEAD
             if self.max_memory and self.mem_used + cost > self.max_memory:
+                self.mem_refused += 1
                 c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
                 return 0
             try:
@@ -1016,6 +1019,7 @@ cdef class Core:
                     if self._deadline_soon(c, now):
                         return c.out(b"DEADLINE_SOON\r\n", 15)
                     return c.out(b"TIMED_OUT\r\n", 11)
+                lat_blocked(c)
                 self.conn_retime(c, now)
             return 0
 
@@ -1835,6 +1839,7 @@ cdef class Conn:
 
     cdef int flush(self) except -1:
         if self.lost:
+            lat_lost(self)
             self.olen = 0
             self.chunks = []
             return 0
@@ -1848,6 +1853,8 @@ cdef class Conn:
             self.held = True
             self.core.held.append(self)
             return 0
+        if self.lat_npend and (self.chunks or self.olen):
+            lat_written(self.core, self)
         if self.chunks:
             if self.olen:
                 self.chunks.append(PyBytes_FromStringAndSize(self.obuf, self.olen))
@@ -1908,6 +1915,7 @@ cdef class Conn:
         if self.closed:
             return
         core.reads += 1
+        lat_read(self)
         if core.sleeping:
             core.sleeping = False
             core.on_wake()

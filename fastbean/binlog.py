@@ -17,8 +17,7 @@ import time
 
 from fastbean._sync import SyncThread, ZeroFill
 from fastbean.errors import BinlogError, BinlogLockedError
-
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
 
 VERSION = 7
 HEADER = struct.pack("<i", VERSION)
@@ -57,8 +56,13 @@ class Binlog:
         self._last_sync = 0.0
         self._sync_timer = None     # -f MS: the fsync due at most MS after a write
         self._asked_seq = 0         # records the sync thread has been asked to sync
-        self._syncer = None         # SyncThread, started with the first sync
+        self._syncer = None         # SyncThread, with an fsync policy
         self._filler = None         # ZeroFill, with -f 0 (see _sync.pyx)
+        self.failing = False        # the last write, fsync or new file failed
+        self._failed_seq = 0        # records written when it failed
+        self.errors = 0             # failures so far
+        self.replayed = None        # (files, jobs, seconds, bytes dropped) once open
+        self._fail_op = None        # what failed: write, fsync, create, allocate, finish, close
 
     # -- start-up ---------------------------------------------------------------
 
@@ -86,32 +90,54 @@ class Binlog:
 
     def open(self):
         """Lock the directory, replay every file, start a new one. Returns the job count."""
+        for _ in self.opening():
+            pass
+        return self.replayed[1]
+
+    def opening(self):
+        """open(), one file at a time: yields (files replayed, files) after each
+        file, so that the caller's loop can serve (say, /readyz) meanwhile."""
         self.lock()
         seqs = self.existing()
         t0 = time.monotonic()
+        dropped = missing = 0
         if seqs:
+            total = seqs[-1] - seqs[0] + 1
             for seq in range(seqs[0], seqs[-1] + 1):
                 try:
                     with open(self.path(seq), "rb") as f:
                         data = f.read()
                 except FileNotFoundError:
-                    log.warning("binlog.%d is missing; continuing", seq)
+                    event(logging.WARNING, "binlog-missing", "binlog.%(file)d is missing; continuing",
+                          file=seq)
+                    missing += 1
                     data = b""
                 records, end, reason = self.core.replay(data, seq)
                 if reason is not None:
-                    log.warning("binlog.%d: %s: %d bytes after record %d not replayed; "
-                                "you may be missing data", seq, reason, len(data) - end, records)
+                    lost = len(data) - end
+                    dropped += lost
+                    event(logging.WARNING, "replay-dropped",
+                          "binlog.%(file)d: %(reason)s: %(bytes)d bytes after record %(records)d "
+                          "not replayed; you may be missing data",
+                          file=seq, reason=reason, bytes=lost, records=records)
                 # Count the records, not the file: a file left by a crash is still
                 # its full preallocated size, and taking those zeros for dead
                 # records would re-log every replayed job at once (beanstalkd
                 # does not, and binlog-records-written would show it).
                 self.sizes[seq] = end
                 self.closed_bytes += end
+                yield seq - seqs[0] + 1, total
             self.seq = seqs[-1]
         jobs = self.core.replay_finish()
+        seconds = time.monotonic() - t0
+        self.replayed = (len(seqs), jobs, seconds, dropped)
         if seqs:
-            log.info("replayed %d jobs from %d binlog files in %.3f s",
-                     jobs, len(seqs), time.monotonic() - t0)
+            event(logging.INFO, "replay",
+                  "replayed %(jobs)d jobs from %(files)d binlog files in %(seconds).3f s"
+                  + (", %(dropped_bytes)d bytes dropped" if dropped else "")
+                  + (", %(missing_files)d files missing" if missing else ""),
+                  jobs=jobs, files=len(seqs), seconds=round(seconds, 3), dropped_bytes=dropped,
+                  missing_files=missing, directory=self.dir)
         self.core.wal_enable(self)
         # Commit right after the turn's reads have run: one write per turn.
         # Only -f 0 holds back while a sync is in flight (see _start_sync).
@@ -122,8 +148,9 @@ class Binlog:
         live, resv, used, cap, nfiles = self.core.wal_status()
         if not self._new_file(resv):
             raise BinlogError("cannot create a binlog file in %s" % self.dir)
+        if self.fsync and self.loop is not None:
+            self._start_syncer()
         self._collect()
-        return jobs
 
     # -- called by the engine ---------------------------------------------------
 
@@ -165,7 +192,7 @@ class Binlog:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            log.error("cannot create %s: %s", path, e.strerror)
+            self._failed("create", "cannot create %(path)s: %(error)s", path=path, error=e.strerror)
             return False
         try:
             if self._filler is not None:
@@ -176,7 +203,8 @@ class Binlog:
             os.posix_fallocate(fd, 0, cap)
             os.pwrite(fd, head, 0)
         except OSError as e:
-            log.error("cannot allocate %d bytes for %s: %s", cap, path, e.strerror)
+            self._failed("allocate", "cannot allocate %(bytes)d bytes for %(path)s: %(error)s",
+                         bytes=cap, path=path, error=e.strerror)
             os.close(fd)
             if fill_fd >= 0:
                 os.close(fill_fd)
@@ -184,11 +212,14 @@ class Binlog:
             return False
         self.fd, self.seq, self.used = fd, seq, len(head)
         self.core.wal_new_file(seq, cap, len(head))
+        if self._fail_op in ("create", "allocate"):
+            self._recovered()
         if self._filler is not None:
             err = self._filler.take_error()
             if err:
-                log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
-                            "its fsyncs stay slower", seq - 1, os.strerror(err))
+                event(logging.WARNING, "binlog-zero-fill-failed",
+                      "writing zeros ahead of the records of binlog.%(file)d failed: %(error)s; "
+                      "its fsyncs stay slower", file=seq - 1, error=os.strerror(err))
             self._filler.file(fill_fd, len(head), cap)
         return True
 
@@ -200,7 +231,7 @@ class Binlog:
             if self.fsync:
                 os.fsync(fd)
         except OSError as e:
-            log.error("finishing binlog.%d: %s", seq, e.strerror)
+            self._failed("finish", "finishing binlog.%(file)d: %(error)s", file=seq, error=e.strerror)
             self.core.set_failed(self._written_seq)
         os.close(fd)
         self.sizes[seq] = used
@@ -219,12 +250,15 @@ class Binlog:
             except OSError as e:
                 # The space was preallocated, so this is a device error. The
                 # jobs are still in memory; say so loudly and keep serving.
-                log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk; "
-                          "closing the connections waiting on them", self.seq, e.strerror, len(view))
+                self._failed("write", "binlog write to binlog.%(file)d failed: %(error)s; %(bytes)d "
+                             "bytes of records not on disk; closing the connections waiting on them",
+                             file=self.seq, error=e.strerror, bytes=len(view))
                 self.core.set_failed(seq)
                 return False
             self.used += n
             view = view[n:]
+        if not self.fsync and self.failing:
+            self._recovered()
         return True
 
     def _timed_sync(self):
@@ -239,12 +273,15 @@ class Binlog:
             return
         self._last_sync = time.monotonic()
         if self._syncer is None:
-            self._syncer = SyncThread()
-            self.loop.add_reader(self._syncer.fileno(), self._sync_done)
+            self._start_syncer()
         self._asked_seq = self._written_seq
         if self.fsync_ms == 0:
             self.core.commit_eager = False
         self._syncer.request(self.fd, self._written_seq)
+
+    def _start_syncer(self):
+        self._syncer = SyncThread()
+        self.loop.add_reader(self._syncer.fileno(), self._sync_done)
 
     def _sync_done(self):
         seq, err = self._syncer.collect()
@@ -253,8 +290,11 @@ class Binlog:
             # written after this sync was asked for, and the kernel reports
             # it only once: fail everything written so far.
             seq = self._written_seq
-            log.error("fsync of binlog.%d failed: %s%s", self.seq, os.strerror(err),
-                      "; closing the connections waiting on it" if self.fsync_ms == 0 else "")
+            self._failed("fsync", "fsync of binlog.%(file)d failed: %(error)s"
+                         + ("; closing the connections waiting on it" if self.fsync_ms == 0 else ""),
+                         file=self.seq, error=os.strerror(err))
+        elif self.failing and seq > self._failed_seq:
+            self._recovered()
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
             # The sync thread is idle again: the next turn's records start a
@@ -307,7 +347,8 @@ class Binlog:
             except FileNotFoundError:
                 pass
             except OSError as e:
-                log.error("cannot remove binlog.%d: %s", seq, e.strerror)
+                event(logging.ERROR, "binlog-remove-failed", "cannot remove binlog.%(file)d: %(error)s",
+                      file=seq, error=e.strerror)
 
     def _maintain(self):
         # Reclaim files no live job needs; when most of the disk is dead
@@ -337,7 +378,8 @@ class Binlog:
                 if self.fsync:
                     os.fsync(self.fd)
             except OSError as e:
-                log.error("closing binlog.%d: %s", self.seq, e.strerror)
+                self._failed("close", "closing binlog.%(file)d: %(error)s", file=self.seq,
+                             error=e.strerror)
                 self.core.set_failed(self._written_seq)
             else:
                 self.core.set_durable(self._written_seq)
@@ -347,8 +389,32 @@ class Binlog:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    # -- stats ------------------------------------------------------------------
+    # -- health and metrics -------------------------------------------------------
+
+    def _failed(self, op, text, **fields):
+        self.errors += 1
+        self.failing = True
+        self._fail_op = op
+        self._failed_seq = self._written_seq
+        event(logging.ERROR, "binlog-error", text, op=op, **fields)
+
+    def _recovered(self):
+        self.failing = False
+        self._fail_op = None
+        event(logging.WARNING, "binlog-recovered",
+              "binlog.%(file)d: %(what)s succeed again (%(errors)d errors so far)",
+              file=self.seq, what="writes and fsyncs" if self.fsync else "writes", errors=self.errors)
 
     @property
     def files(self):
         return sorted(self.sizes) + [self.seq]
+
+    @property
+    def disk_bytes(self):
+        """Bytes the files take: the older ones as written, the current one as allocated."""
+        return self.closed_bytes + (self.core.wal_status()[3] if self.fd >= 0 else 0)
+
+    def histograms(self):
+        """The sync thread's fsync-latency and group-commit histograms, or None
+        without an fsync policy (see SyncThread.histograms)."""
+        return None if self._syncer is None else self._syncer.histograms()

@@ -9,9 +9,11 @@ import os
 import signal
 import sys
 
-from fastbean import __version__
-from fastbean.config import HANDLED_SIGNALS, MAX_BUSY_POLL_US, MAX_JOB_SIZE_LIMIT, Config
+from fastbean import __version__, logs
+from fastbean.config import (DEFAULT_METRICS_HOST, HANDLED_SIGNALS, MAX_BUSY_POLL_US,
+                             MAX_JOB_SIZE_LIMIT, Config)
 from fastbean.errors import ConfigError
+from fastbean.logs import event
 
 log = logging.getLogger("fastbean")
 
@@ -39,9 +41,17 @@ fastbean's own options:
  --max-connections N     refuse connections beyond N (default: no limit)
  --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
                          before sleeping; adapts to the clients (default: 100; 0: never)
+ --metrics [HOST:]PORT   serve /metrics (Prometheus), /healthz and /readyz over HTTP
+                         on HOST:PORT (default host: 127.0.0.1; ":PORT" for every
+                         interface; default: off)
+ --metrics-tubes N       tubes with /metrics series of their own: the N holding the
+                         most jobs; the rest are summed as tube="*other*" (default: 100)
+ --log-format FMT        text or json (one object per line) (default: text)
 """
 
 VALUE_FLAGS = "bflpuzs"
+LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
+                "log-format")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -91,9 +101,23 @@ def _bytes_with_suffix(text, what):
     return int(num) * SUFFIXES[unit]
 
 
-def parse_args(argv):
+def _metrics_address(value):
+    """[HOST:]PORT -> (host, port); HOST may be [IPv6]; an empty HOST is every interface."""
+    host, port = DEFAULT_METRICS_HOST, value
+    if value.startswith("["):
+        end = value.find("]:")
+        host, port = (value[1:end], value[end + 2:]) if end > 0 else (None, "")
+    elif ":" in value:
+        host, _, port = value.rpartition(":")
+        host = host or None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise Usage("invalid --metrics address: %s" % value)
+    return host, int(port)
+
+
+def parse_args(argv, warn=log.warning):
     """argv (without the program name) -> Config. Raises ConfigError/Usage;
-    returns None when the job is done (-h, -v)."""
+    returns None when the job is done (-h, -v). Warnings go to warn(text)."""
     opts = {}
     verbosity = 0
     fsync, fsync_ms = True, 50
@@ -104,7 +128,7 @@ def parse_args(argv):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name not in ("max-memory", "max-connections", "busy-poll"):
+            if name not in LONG_OPTIONS:
                 raise Usage("unknown option: %s" % arg)
             if not eq:
                 if i >= len(args):
@@ -118,6 +142,14 @@ def parse_args(argv):
                 if usec > MAX_BUSY_POLL_US:
                     raise Usage("--busy-poll: at most %d microseconds" % MAX_BUSY_POLL_US)
                 opts["busy_poll_us"] = usec
+            elif name == "metrics":
+                opts["metrics_host"], opts["metrics_port"] = _metrics_address(value)
+            elif name == "metrics-tubes":
+                opts["metrics_tubes"] = _size(value, "--metrics-tubes")
+            elif name == "log-format":
+                if value not in logs.FORMATS:
+                    raise Usage("--log-format: text or json, not %s" % value)
+                opts["log_format"] = value
             else:
                 opts["max_connections"] = _size(value, "--max-connections")
             continue
@@ -147,7 +179,7 @@ def parse_args(argv):
                 elif flag == "z":
                     size = _size_t(value)
                     if size > MAX_JOB_SIZE_LIMIT:
-                        log.warning("maximum job size was set to %d", MAX_JOB_SIZE_LIMIT)
+                        warn("maximum job size was set to %d" % MAX_JOB_SIZE_LIMIT)
                         size = MAX_JOB_SIZE_LIMIT
                     opts["max_job_size"] = size
                 elif flag == "s":
@@ -163,7 +195,7 @@ def parse_args(argv):
             elif flag == "V":
                 verbosity += 1
             elif flag in "cn":
-                log.warning("-%s flag was removed. binlog is always compacted.", flag)
+                warn("-%s flag was removed. binlog is always compacted." % flag)
             elif flag == "h":
                 sys.stderr.write(USAGE)
                 return None
@@ -176,9 +208,10 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    logging.basicConfig(stream=sys.stderr, format="fastbean: %(message)s", level=logging.WARNING)
+    logs.setup()
+    warnings = []
     try:
-        config = parse_args(sys.argv[1:] if argv is None else argv)
+        config = parse_args(sys.argv[1:] if argv is None else argv, warnings.append)
     except Usage as e:
         sys.stderr.write("fastbean: %s\n%s" % (e, USAGE))
         return e.status
@@ -186,23 +219,31 @@ def main(argv=None):
         log.error("%s", e)
         return e.status
     if config is None:
+        for text in warnings:
+            log.warning("%s", text)
         return 0
-    if config.verbosity:
-        log.setLevel(logging.INFO)
+    logs.setup(config.log_format, config.verbosity)
+    for text in warnings:
+        event(logging.WARNING, "flag", text)
+    event(logging.INFO, "start", "fastbean %(version)s starting, pid %(pid)d",
+          version=__version__, pid=os.getpid())
 
     from fastbean import sockets
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     try:
         sockets.raise_nofile_limit()
         listeners = sockets.open_listeners(config)
+        metrics_sock = None
+        if config.metrics_port is not None:
+            metrics_sock = sockets.open_metrics(config)
         if config.user:
             sockets.drop_privileges(config.user)
     except ConfigError as e:
-        log.error("%s", e)
+        event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
 
     from fastbean import server        # asyncio, uvloop and the engine: after binding
-    return server.run(config, listeners)
+    return server.run(config, listeners, metrics_sock)
 
 
 if __name__ == "__main__":

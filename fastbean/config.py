@@ -10,6 +10,17 @@ DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
 DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
 MAX_BUSY_POLL_US = 1_000_000
+DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host is given
+DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
+DEFAULT_LOG_FORMAT = "text"
+# The HTTP endpoint's limits (metrics.py): a slow or malformed client gets
+# a 4xx or is closed, and cannot hold more than this.
+HTTP_MAX_HEAD = 8192                   # bytes of request line + headers
+HTTP_REQUEST_TIMEOUT = 10.0            # seconds to send a whole request head (408 after)
+HTTP_IDLE_TIMEOUT = 60.0               # seconds a connection may send nothing (or not read its answer)
+HTTP_MAX_CONNECTIONS = 64              # more are answered 503 and closed
+HTTP_LINGER = 1.0                      # seconds to drop unread input after an answer that closes
+STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -30,6 +41,10 @@ class Config:
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
+    metrics_host: Optional[str] = DEFAULT_METRICS_HOST   # --metrics HOST:PORT; None = every interface
+    metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint
+    metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
+    log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
 
 # fastbean-ctl (ctl.py, ctltop.py, client.py): the admin tool's defaults
 CTL_ADDR = "127.0.0.1"                 # -l when not given; the port is DEFAULT_PORT

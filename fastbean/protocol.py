@@ -33,7 +33,7 @@ class ConnProtocol(asyncio.Protocol):
             return
         if server.verbosity >= 1:
             self._peer = transport.get_extra_info("peername")
-            log.info("accept %s", self._peer)
+            log.debug("accept %s", self._peer)
 
     def eof_received(self):
         self._conn.got_eof()
@@ -42,7 +42,7 @@ class ConnProtocol(asyncio.Protocol):
     def connection_lost(self, exc):
         self._conn.gone()
         if self._server.verbosity >= 1:
-            log.info("close %s", self._peer)
+            log.debug("close %s", self._peer)
         self._server.forget(self)
 
     def pause_writing(self):
@@ -84,18 +84,18 @@ class TracingConnProtocol(ConnProtocol):
         self.data_received = self._traced_data_received
 
     def _traced_data_received(self, data):
-        log.info("<%s %r", self._peer, bytes(data[:256]))
+        log.debug("<%s %r", self._peer, bytes(data[:256]))
         self._conn.feed(data)
 
     def _writers(self, transport):
         write, writelines = transport.write, transport.writelines
 
         def traced_write(data):
-            log.info(">%s %r", self._peer, data[:256])
+            log.debug(">%s %r", self._peer, data[:256])
             write(data)
 
         def traced_writelines(chunks):
-            log.info(">%s %r", self._peer, b"".join(chunks)[:256])
+            log.debug(">%s %r", self._peer, b"".join(chunks)[:256])
             writelines(chunks)
 
         return traced_write, traced_writelines
