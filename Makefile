@@ -40,6 +40,7 @@ _variant:
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare
 	$(PY) -m benchmarks.ceiling
+	$(PY) -m benchmarks.durability
 	$(PY) -m benchmarks.memory
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
