@@ -228,6 +228,11 @@ cdef class Core:
     cdef public int64_t poll_max_ns, poll_window_ns, poll_idle_ns
     cdef public bint polling          # a poller's look is queued: it ends the turn too
 
+    # --testing: the test-only commands run (_testing.pxi); drop_others(conn)
+    # closes every other connection and returns their Conns.
+    cdef public bint testing
+    cdef public object drop_others
+
     # Fair turns (run_turn): a read from a connection served in the last
     # loop turn waits for the end of this one. turn_soon() asks the loop for
     # that call; without a loop (in-process tests) the caller makes it.
@@ -248,6 +253,7 @@ cdef class Core:
     cdef Job *job_new(self, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
                       Tube *t, object body) except NULL
     cdef void job_free(self, Job *j)
+    cdef int job_delete(self, Job *j) except -1
     cdef int job_make_ready(self, Job *j) except -1
     cdef int job_make_delayed(self, Job *j, int64_t deadline) except -1
     cdef int job_bury(self, Job *j) except -1

@@ -39,6 +39,8 @@ fastbean's own options:
  --max-connections N     refuse connections beyond N (default: no limit)
  --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
                          before sleeping; adapts to the clients (default: 100; 0: never)
+ --testing               for tests only: accept fastbean-reset (deletes every job, closes
+                         every connection) and fastbean-clock-advance (moves time forward)
 """
 
 VALUE_FLAGS = "bflpuzs"
@@ -77,6 +79,11 @@ def parse_args(argv):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
+            if name == "testing":
+                if eq:
+                    raise Usage("--testing takes no value")
+                opts["testing"] = True
+                continue
             if name not in ("max-memory", "max-connections", "busy-poll"):
                 raise Usage("unknown option: %s" % arg)
             if not eq:

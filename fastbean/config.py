@@ -10,6 +10,11 @@ DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
 DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
 MAX_BUSY_POLL_US = 1_000_000
+# fastbean.testing: servers started from Python (scripts, notebooks, the pytest plugin).
+TESTING_HOST = "127.0.0.1"
+TESTING_START_TIMEOUT = 10.0           # seconds for a new server to answer
+TESTING_STOP_TIMEOUT = 10.0            # seconds between SIGTERM and SIGKILL
+TESTING_BIND_TRIES = 5                 # free ports tried when another process takes one first
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -30,3 +35,4 @@ class Config:
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
+    testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)

@@ -54,6 +54,9 @@ class Server:
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, self.core, config.busy_poll_us)
+        if config.testing:
+            self.core.testing = True
+            self.core.drop_others = self._drop_others
         self.connections = set()
         self.listeners = []
         self._timer = None
@@ -80,6 +83,10 @@ class Server:
         self.connections.discard(proto)
         if self._stopping is not None and not self.connections:
             self._stopping.set()
+
+    def _drop_others(self, keep):
+        dropped = [proto.drop(keep) for proto in self.connections]
+        return [conn for conn in dropped if conn is not None]
 
     # -- the engine's timer ---------------------------------------------------
 
@@ -110,6 +117,9 @@ class Server:
             else:
                 srv = await self.loop.create_server(factory, sock=sock, backlog=1024)
             self.listeners.append(srv)
+        if self.config.testing:
+            log.warning("--testing: fastbean-reset and fastbean-clock-advance are on; "
+                        "never use this flag in production")
         if self.config.max_memory:
             log.warning("memory cap %d bytes: put answers OUT_OF_MEMORY beyond it "
                         "(fastbean-stats shows memory-used)", self.config.max_memory)
