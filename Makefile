@@ -3,7 +3,10 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test fuzz debug asan bench
+.PHONY: build test fuzz debug asan bench wheels
+# Every Python pyenv or PATH has; tools/wheels.py keeps the versions pyproject lists.
+PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
+           $(foreach v,9 10 11 12 13,$(shell command -v python3.$(v)))
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
@@ -36,6 +39,11 @@ _variant:
 	find $(DIR)/fastbean -name "*.so" -o -name "*.c" | xargs rm -f
 	cd $(DIR) && env $(ENVV) $(PY) setup.py build_ext --inplace -q
 	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider
+
+# The sdist, then from it a manylinux wheel for each supported Python found,
+# each checked in a fresh virtualenv (tools/wheelcheck.py); all into dist/.
+wheels:
+	$(PY) tools/wheels.py --out dist $(PYTHONS)
 
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare
