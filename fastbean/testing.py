@@ -202,9 +202,9 @@ class Server:
             status = None if self._proc is None else self._proc.returncode
             raise FastbeanError("fastbean is not running (exit status %s)\n--- its stderr ---\n%s"
                                 % (status, self.log.rstrip()))
-        with self._connect(TESTING_STOP_TIMEOUT) as s:
+        with self._connect(TESTING_STOP_TIMEOUT) as s, s.makefile("rb") as stream:
             s.sendall(line + b"\r\n")
-            reply = _Reader(s).line()
+            reply = _reply_line(stream)
         if reply == b"UNKNOWN_COMMAND":
             raise FastbeanError("this fastbean was started without testing=True (--testing), "
                                 "so it refuses %s" % line.split()[0].decode())
@@ -257,40 +257,20 @@ def _free_port(host):
         return s.getsockname()[1]
 
 
-class _Reader:
-    """Reply lines and bodies from a blocking socket."""
-
-    def __init__(self, sock):
-        self.sock = sock
-        self.buf = b""
-
-    def _more(self):
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionError("fastbean closed the connection before answering")
-        self.buf += data
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            self._more()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def body(self, n):
-        while len(self.buf) < n + 2:
-            self._more()
-        body, self.buf = self.buf[:n], self.buf[n + 2:]
-        return body
+def _reply_line(stream):
+    line = stream.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError("fastbean closed the connection before answering")
+    return line[:-2]
 
 
 def _stats_pid(sock):
-    with sock:
+    with sock, sock.makefile("rb") as stream:
         sock.sendall(b"stats\r\n")
-        reader = _Reader(sock)
-        head = reader.line()
+        head = _reply_line(stream)
         if not head.startswith(b"OK "):
             return None
-        doc = reader.body(int(head[3:]))
+        doc = stream.read(int(head[3:]) + 2)
     for line in doc.split(b"\n"):
         if line.startswith(b"pid: "):
             return int(line[5:])
