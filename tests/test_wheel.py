@@ -23,7 +23,7 @@ def test_wheel_from_sdist_for_this_python(tmp_path):
     run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "wheels.py"), "--out",
                           str(out), sys.executable], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    assert "README example (3 passed" in run.stdout, run.stdout[-2000:]
+    assert re.search(r"README example \(\d+ passed", run.stdout), run.stdout[-2000:]
 
     (sdist,) = glob.glob(str(out / "fastbean-*.tar.gz"))
     with tarfile.open(sdist) as tar:
