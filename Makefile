@@ -3,7 +3,10 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test fuzz debug asan bench peers
+.PHONY: build test fuzz debug asan bench peers wheels
+# Every Python pyenv or PATH has; tools/wheels.py keeps the versions pyproject lists.
+PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
+           $(foreach v,9 10 11 12 13,$(shell command -v python3.$(v)))
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
@@ -17,7 +20,7 @@ fuzz: build
 	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
 
 # The debug build (invariant checks after every command, sampled once the job table
-# is large; -O0) and the test suite,
+# is large; -O0) and the test suite but the wheel build (tests/test_wheel.py),
 # in a copy of the tree so the normal build is left alone.
 debug:
 	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"
@@ -32,10 +35,15 @@ asan:
 
 _variant:
 	rm -rf $(DIR) && mkdir -p $(DIR)
-	cp -r fastbean tests setup.py pyproject.toml README.md $(DIR)/
+	cp -r fastbean tests tools setup.py pyproject.toml README.md $(DIR)/
 	find $(DIR)/fastbean -name "*.so" -o -name "*.c" | xargs rm -f
 	cd $(DIR) && env $(ENVV) $(PY) setup.py build_ext --inplace -q
-	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider
+	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider -m "not wheel"
+
+# The sdist, then from it a manylinux wheel for each supported Python found,
+# each checked in a fresh virtualenv (tools/wheelcheck.py); all into dist/.
+wheels:
+	$(PY) tools/wheels.py --out dist $(PYTHONS)
 
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare

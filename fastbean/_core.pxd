@@ -250,6 +250,11 @@ cdef class Core:
     cdef int64_t lat_sum_ns[LAT_FAMILIES]
     cdef public uint64_t mem_refused
 
+    # --testing: the test-only commands run (_testing.pxi); drop_others(conn)
+    # closes every other connection and returns their Conns.
+    cdef public bint testing
+    cdef public object drop_others
+
     # Fair turns (run_turn): a read from a connection served in the last
     # loop turn waits for the end of this one. turn_soon() asks the loop for
     # that call; without a loop (in-process tests) the caller makes it.
@@ -270,6 +275,7 @@ cdef class Core:
     cdef Job *job_new(self, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
                       Tube *t, object body) except NULL
     cdef void job_free(self, Job *j)
+    cdef int job_delete(self, Job *j) except -1
     cdef int job_make_ready(self, Job *j) except -1
     cdef int job_make_delayed(self, Job *j, int64_t deadline) except -1
     cdef int job_bury(self, Job *j) except -1
@@ -346,7 +352,7 @@ cdef class Conn:
 
     # Reply latency (_metrics.pxi): commands run whose replies are not on
     # the wire yet, per family, and when the oldest read among them arrived.
-    cdef int64_t read_ns              # mono ns
+    cdef int64_t read_ns              # mono ns, never moved by a test clock
     cdef uint32_t lat_pend[LAT_FAMILIES]
     cdef uint32_t lat_npend
 

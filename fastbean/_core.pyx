@@ -14,6 +14,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from fastbean._parser cimport (
     Parser, Cmd, OP_NONE, OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
@@ -22,13 +23,14 @@ from fastbean._parser cimport (
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
-    ERR_DRAINING, OP_COUNT,
+    ERR_DRAINING, OP_COUNT, OP_TEST_RESET, OP_TEST_ADVANCE,
 )
 
 include "_heap.pxi"
 include "_table.pxi"
 include "_wal.pxi"
 include "_metrics.pxi"
+include "_testing.pxi"
 
 cdef extern from *:
     """
@@ -85,16 +87,26 @@ cdef int64_t SEC = 1000000000
 cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
 
 
-cdef inline int64_t mono_ns() noexcept nogil:
+# How far fastbean-clock-advance has moved the engine's clock (_testing.pxi);
+# always 0 without --testing.
+cdef int64_t clock_offset = 0
+
+
+cdef inline int64_t real_mono_ns() noexcept nogil:
+    # Elapsed time that a test clock must not move (reply latency).
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
+cdef inline int64_t mono_ns() noexcept nogil:
+    return real_mono_ns() + clock_offset
+
+
 cdef inline int64_t wall_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec + clock_offset
 
 
 # -- heap orders ---------------------------------------------------------------
@@ -445,6 +457,17 @@ cdef class Core:
         j.prev = j.next = NULL
         j.heap_index = -1
         j.state = JOB_INVALID
+        return 0
+
+    cdef int job_delete(self, Job *j) except -1:
+        self.job_unlink(j)
+        j.tube.cmd_delete += 1
+        if self.wal_on and j.wal_file:
+            # spends the space reserved at put time; cannot fail for room
+            self.wal_record(j, False)
+            self.wal_resv -= WAL_SHORT
+            self.wal_disown(j)
+        self.job_free(j)
         return 0
 
     cdef int job_make_ready(self, Job *j) except -1:
@@ -1028,14 +1051,7 @@ cdef class Core:
             if j == NULL or j.state == JOB_INVALID or (
                     j.state == JOB_RESERVED and j.owner != <PyObject *>c):
                 return c.out(b"NOT_FOUND\r\n", 11)
-            self.job_unlink(j)
-            j.tube.cmd_delete += 1
-            if self.wal_on and j.wal_file:
-                # spends the space reserved at put time; cannot fail for room
-                self.wal_record(j, False)
-                self.wal_resv -= WAL_SHORT
-                self.wal_disown(j)
-            self.job_free(j)
+            self.job_delete(j)
             return c.out(b"DELETED\r\n", 9)
 
         if op == OP_RELEASE:
@@ -1193,6 +1209,8 @@ cdef class Core:
             return 0
         if op == OP_EXT:
             return c.out_yaml(self._ext_yaml())
+        if op == OP_TEST_RESET or op == OP_TEST_ADVANCE:
+            return test_command(self, c, cmd)
         if op == OP_BAD_FORMAT:
             return c.out(b"BAD_FORMAT\r\n", 12)
         return c.out(b"UNKNOWN_COMMAND\r\n", 17)

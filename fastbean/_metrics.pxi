@@ -43,7 +43,7 @@ _lat_families()
 cdef inline void lat_read(Conn c) noexcept:
     # Replies still owed for earlier reads keep the older start.
     if c.lat_npend == 0:
-        c.read_ns = mono_ns()
+        c.read_ns = real_mono_ns()
 
 
 cdef inline void lat_run(Conn c, int op) noexcept:
@@ -61,7 +61,7 @@ cdef inline void lat_blocked(Conn c) noexcept:
 
 cdef void lat_written(Core core, Conn c) noexcept:
     # The replies of every pending command leave now, in this write.
-    cdef int64_t dt = mono_ns() - c.read_ns
+    cdef int64_t dt = real_mono_ns() - c.read_ns
     cdef int b = fb_bucket(fb_latency_bounds, FB_LATENCY_BOUNDS, dt)
     cdef int f
     for f in range(LAT_FAMILIES):

@@ -8,7 +8,7 @@
 # usable CRLF in its first 224 bytes is dropped up to the next CRLF, which is
 # then answered with a single BAD_FORMAT.
 
-from libc.stdint cimport uint32_t, uint64_t, int32_t
+from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 from cpython.object cimport PyObject
 
 cdef enum:
@@ -51,7 +51,10 @@ cdef enum Op:
     OP_UNKNOWN = 28           # UNKNOWN_COMMAND
     OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
     OP_EXT = 30               # fastbean's own extension command (see ext_* fields)
-    OP_COUNT = 31
+    # test-only commands, refused with UNKNOWN_COMMAND unless --testing (_testing.pxi)
+    OP_TEST_RESET = 31        # fastbean-reset
+    OP_TEST_ADVANCE = 32      # fastbean-clock-advance SECONDS[.FRACTION]
+    OP_COUNT = 33
 
 # Errors attached to a recognised command (the command's counter still moves).
 cdef enum Err:
@@ -72,6 +75,7 @@ ctypedef struct Cmd:
     uint32_t nbytes           # declared body size of a put
     int32_t timeout           # reserve-with-timeout, as 1.12's signed int; <0 waits forever
     uint32_t bound            # kick
+    int64_t advance_ns        # fastbean-clock-advance
     bint garbage              # put: bytes after the size field
     const char *name          # tube name, borrowed until the next Parser call
     Py_ssize_t name_len

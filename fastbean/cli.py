@@ -47,6 +47,8 @@ fastbean's own options:
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: 100)
  --log-format FMT        text or json (one object per line) (default: text)
+ --testing               for tests only: accept fastbean-reset (deletes every job, closes
+                         every connection) and fastbean-clock-advance (moves time forward)
 """
 
 VALUE_FLAGS = "bflpuzs"
@@ -128,6 +130,11 @@ def parse_args(argv, warn=log.warning):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
+            if name == "testing":
+                if eq:
+                    raise Usage("--testing takes no value")
+                opts["testing"] = True
+                continue
             if name not in LONG_OPTIONS:
                 raise Usage("unknown option: %s" % arg)
             if not eq:

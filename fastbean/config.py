@@ -21,6 +21,11 @@ HTTP_IDLE_TIMEOUT = 60.0               # seconds a connection may send nothing (
 HTTP_MAX_CONNECTIONS = 64              # more are answered 503 and closed
 HTTP_LINGER = 1.0                      # seconds to drop unread input after an answer that closes
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
+# fastbean.testing: servers started from Python (scripts, notebooks, the pytest plugin).
+TESTING_HOST = "127.0.0.1"
+TESTING_START_TIMEOUT = 10.0           # seconds for a new server to answer
+TESTING_STOP_TIMEOUT = 10.0            # seconds between SIGTERM and SIGKILL
+TESTING_BIND_TRIES = 5                 # free ports tried when another process takes one first
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -45,6 +50,7 @@ class Config:
     metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
+    testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
 
 # fastbean-ctl (ctl.py, ctltop.py, client.py): the admin tool's defaults
 CTL_ADDR = "127.0.0.1"                 # -l when not given; the port is DEFAULT_PORT

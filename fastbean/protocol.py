@@ -56,6 +56,14 @@ class ConnProtocol(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def drop(self, keep):
+        """fastbean-reset from the connection keep: unless this is it, close at
+        once, output unsent, and return the engine's side of this connection."""
+        if self._conn is keep or self._transport is None:
+            return None
+        self._transport.abort()
+        return self._conn
+
     # -- callbacks given to the engine ---------------------------------------
 
     def _set_reading(self, on):

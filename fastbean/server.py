@@ -57,6 +57,9 @@ class Server:
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, self.core, config.busy_poll_us)
+        if config.testing:
+            self.core.testing = True
+            self.core.drop_others = self._drop_others
         self.connections = set()
         self.listeners = []
         self.notifier = notifier if notifier is not None else Notifier()
@@ -96,6 +99,10 @@ class Server:
             event(logging.INFO, "connection-cap-cleared", "connections below the limit "
                   "(%(limit)d) again: accepting new connections",
                   limit=self.config.max_connections, refused=self.refused)
+
+    def _drop_others(self, keep):
+        dropped = [proto.drop(keep) for proto in self.connections]
+        return [conn for conn in dropped if conn is not None]
 
     # -- the engine's timer ---------------------------------------------------
 
@@ -149,6 +156,9 @@ class Server:
             else:
                 srv = await self.loop.create_server(factory, sock=sock, backlog=1024)
             self.listeners.append(srv)
+        if self.config.testing:
+            event(logging.WARNING, "testing", "--testing: fastbean-reset and "
+                  "fastbean-clock-advance are on; never use this flag in production")
         if self.config.max_memory:
             event(logging.INFO, "memory-cap", "memory cap %(max_memory)d bytes: put answers "
                   "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
