@@ -27,7 +27,7 @@ BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
 
 
-def _marker(max_id):
+def marker(max_id):
     # A short "deleted" record of the highest id handed out. Replay (ours and
     # beanstalkd's) ignores it as a record of an unknown job but still counts
     # its id, so ids continue after a restart even when every job is gone.
@@ -156,7 +156,7 @@ class Binlog:
         seq = self.seq + 1
         head = HEADER
         if self.core.max_id and not self.core.has_job(self.core.max_id):
-            head += _marker(self.core.max_id)
+            head += marker(self.core.max_id)
         # -s bytes of new records, beyond the room kept for live jobs' deletes
         cap = self.max_size + need + len(head)
         cap = (cap + BLOCK - 1) // BLOCK * BLOCK

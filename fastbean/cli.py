@@ -39,6 +39,18 @@ fastbean's own options:
  --max-connections N     refuse connections beyond N (default: no limit)
  --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
                          before sleeping; adapts to the clients (default: 100; 0: never)
+
+High availability (on NATS JetStream; see the README):
+ --replicate URLS        replicate every change to a JetStream stream on these NATS
+                         servers (comma-separated nats:// URLs); the node is a standby
+                         until it holds the lease
+ --replicate-stream NAME the stream's name, shared by the nodes of one queue
+                         (default: fastbean; the lease bucket is NAME-lease)
+ --node-name NAME        this node's name in the lease and the log (default: host:port)
+ --lease-ttl SECONDS     how long the primary's lease lasts unrenewed (default: 10)
+ --replicate-timeout SECONDS
+                         how long a change waits for a quorum before the server
+                         refuses changes (default: 15)
 """
 
 VALUE_FLAGS = "bflpuzs"
@@ -91,6 +103,40 @@ def _bytes_with_suffix(text, what):
     return int(num) * SUFFIXES[unit]
 
 
+def _seconds(text, what):
+    try:
+        value = float(text)
+    except ValueError:
+        raise Usage("invalid %s: %s" % (what, text)) from None
+    if not 0 < value < 86400:
+        raise Usage("%s: between 0 and 86400 seconds" % what)
+    return value
+
+
+def _nats_urls(text):
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    if not urls:
+        raise Usage("--replicate: no NATS server URL")
+    for url in urls:
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            scheme, rest = "nats", url
+        if scheme not in ("nats", "tls") or not rest:
+            raise Usage("--replicate: not a nats:// URL: %s" % url)
+    return urls
+
+
+def _name(text, what):
+    # it goes into NATS subjects and bucket names
+    if not text or not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
+        raise Usage("%s: letters, digits, - and _ only: %s" % (what, text))
+    return text
+
+
+LONG_FLAGS = ("max-memory", "max-connections", "busy-poll", "replicate", "replicate-stream",
+              "node-name", "lease-ttl", "replicate-timeout")
+
+
 def parse_args(argv):
     """argv (without the program name) -> Config. Raises ConfigError/Usage;
     returns None when the job is done (-h, -v)."""
@@ -104,7 +150,7 @@ def parse_args(argv):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name not in ("max-memory", "max-connections", "busy-poll"):
+            if name not in LONG_FLAGS:
                 raise Usage("unknown option: %s" % arg)
             if not eq:
                 if i >= len(args):
@@ -118,6 +164,16 @@ def parse_args(argv):
                 if usec > MAX_BUSY_POLL_US:
                     raise Usage("--busy-poll: at most %d microseconds" % MAX_BUSY_POLL_US)
                 opts["busy_poll_us"] = usec
+            elif name == "replicate":
+                opts["replicate"] = _nats_urls(value)
+            elif name == "replicate-stream":
+                opts["replicate_stream"] = _name(value, "--replicate-stream")
+            elif name == "node-name":
+                opts["node_name"] = _name(value, "--node-name")
+            elif name == "lease-ttl":
+                opts["lease_ttl"] = _seconds(value, "--lease-ttl")
+            elif name == "replicate-timeout":
+                opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
             else:
                 opts["max_connections"] = _size(value, "--max-connections")
             continue
@@ -172,6 +228,8 @@ def parse_args(argv):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
+    if opts.get("replicate") and opts.get("binlog_dir") is not None:
+        raise Usage("-b and --replicate together are not supported yet")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
 
 

@@ -10,6 +10,12 @@ DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
 DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
 MAX_BUSY_POLL_US = 1_000_000
+# Replication (replication.py). The lease must outlive a JetStream leader
+# election (4-7 s with nats-server 2.9), or a standby takes over because of one.
+DEFAULT_STREAM = "fastbean"
+DEFAULT_LEASE_TTL = 10.0               # seconds the primary's lease lasts unrenewed
+DEFAULT_REPLICATE_TIMEOUT = 15.0       # seconds a change waits for a quorum before it is refused
+STREAM_REPLICAS = 3
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -30,3 +36,8 @@ class Config:
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
+    replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
+    replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
+    node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
+    lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
+    replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds

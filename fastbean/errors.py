@@ -19,3 +19,7 @@ class BinlogError(FastbeanError):
 
 class BinlogLockedError(BinlogError):
     """Another server holds the lock on the binlog directory."""
+
+
+class ReplicationError(FastbeanError):
+    """Replication cannot run with this configuration or these NATS servers."""

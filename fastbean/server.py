@@ -1,4 +1,5 @@
-"""Server: the event loop, listeners, the engine, its one timer, and signals."""
+"""Server: the event loop, listeners, the engine, its one timer, signals, and the role
+(primary or standby) that replication gives it."""
 import asyncio
 import functools
 import logging
@@ -12,7 +13,8 @@ from fastbean.binlog import Binlog
 from fastbean.busypoll import BusyPoll
 from fastbean.config import HANDLED_SIGNALS
 from fastbean.errors import BinlogError, BinlogLockedError
-from fastbean.protocol import ConnProtocol, TracingConnProtocol
+from fastbean.protocol import ConnProtocol, Refused, TracingConnProtocol
+from fastbean.replication import Replicator
 
 log = logging.getLogger("fastbean")
 
@@ -38,6 +40,26 @@ class Server:
         self.config = config
         self.loop = loop
         self.verbosity = config.verbosity
+        self._timer = None
+        self.replicator = None
+        if config.replicate:
+            self.replicator = Replicator(self, config)
+        self._new_core()
+        self.binlog = None
+        if config.binlog_dir is not None:
+            self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
+                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
+        # A replicated node serves clients only while it is the primary.
+        self.serving = self.replicator is None
+        self.connections = set()
+        self.listeners = []
+        self._stopping = None
+        self._stopped = None        # set when a shutdown has finished
+        self._full_logged = False
+        self._status = 0
+
+    def _new_core(self):
+        config = self.config
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
@@ -46,20 +68,42 @@ class Server:
             arm=self._arm,
         )
         # Ends each loop turn that read something (fair turns: Core.run_turn).
-        self.core.turn_soon = functools.partial(loop.call_soon, self.core.run_turn)
-        self.binlog = None
-        if config.binlog_dir is not None:
-            self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
-                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
+        self.core.turn_soon = functools.partial(self.loop.call_soon, self.core.run_turn)
+        if self.replicator is not None:
+            self.core.ext_stats = self.replicator.stats
         self.busy_poll = None
         if config.busy_poll_us:
-            self.busy_poll = BusyPoll(loop, self.core, config.busy_poll_us)
-        self.connections = set()
-        self.listeners = []
-        self._timer = None
-        self._stopping = None
-        self._stopped = None        # set when a shutdown has finished
-        self._full_logged = False
+            self.busy_poll = BusyPoll(self.loop, self.core, config.busy_poll_us)
+
+    # -- replication -------------------------------------------------------------
+
+    def ready(self):
+        """True while this node takes clients: the readiness an HTTP /readyz or a
+        load balancer's health check should report (a standby is not ready)."""
+        return self.serving and self._stopping is None
+
+    def set_serving(self, on):
+        """Take clients (primary) or not (standby): a standby accepts a connection
+        and closes it at once, so no client mistakes it for the primary. Going
+        standby closes every client connection; the replies waiting on records
+        never go."""
+        self.serving = on
+        if not on:
+            self.core.set_failed(1 << 63)
+            for proto in list(self.connections):
+                proto.close()
+
+    def reset_core(self):
+        """A standby rebuilds its queue from the stream: start from an empty engine."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._new_core()
+
+    def fatal(self, message):
+        log.error("%s", message)
+        self._status = 1
+        self.stop()
 
     # -- connections ---------------------------------------------------------
 
@@ -103,7 +147,7 @@ class Server:
         if self.binlog is not None:
             self.binlog.open()
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
-        factory = lambda: cls(self)
+        factory = lambda: cls(self) if self.serving else Refused()
         for sock in socks:
             if sock.family == socket.AF_UNIX:
                 srv = await self.loop.create_unix_server(factory, sock=sock, backlog=1024)
@@ -116,6 +160,8 @@ class Server:
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop)
+        if self.replicator is not None:
+            self.replicator.start()
 
     async def serve(self, socks):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
@@ -125,7 +171,7 @@ class Server:
         # can connect (and signal) before the loop runs. With the handlers in
         # place, whatever came meanwhile is delivered now instead of lost.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
-        await self._stopped
+        return await self._stopped
 
     def drain(self):
         if not self.core.draining:
@@ -141,6 +187,9 @@ class Server:
         log.info("shutting down")
         for srv in self.listeners:
             srv.close()
+        if self.replicator is not None:
+            # the replies still waiting on the stream go out before the connections close
+            await self.replicator.finish(SHUTDOWN_GRACE)
         for proto in list(self.connections):
             proto.close()
         if self.connections:
@@ -150,7 +199,7 @@ class Server:
                 log.warning("%d connections still open at exit", len(self.connections))
         if self.binlog is not None:
             self.binlog.close()
-        self._stopped.set_result(None)
+        self._stopped.set_result(self._status)
 
 
 def run(config, listeners):
@@ -163,7 +212,7 @@ def run(config, listeners):
     if config.verbosity:
         log.info("pid %d", os.getpid())
     try:
-        loop.run_until_complete(server.serve(listeners))
+        status = loop.run_until_complete(server.serve(listeners))
     except BinlogLockedError as e:
         log.error("%s", e)
         return 10
@@ -172,4 +221,4 @@ def run(config, listeners):
         return 1
     finally:
         loop.close()
-    return 0
+    return status
