@@ -58,6 +58,7 @@ class NatsCluster:
     """Three clustered JetStream servers; `urls` is what --replicate takes."""
 
     def __init__(self, store, n=3):
+        os.makedirs(str(store), exist_ok=True)
         ports = [free_port() for _ in range(n)]
         cports = [free_port() for _ in range(n)]
         self.servers = [NatsServer("n%d" % i, ports[i], cports[i],
