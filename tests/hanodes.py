@@ -1,6 +1,7 @@
 """fastbean nodes replicating through a NATS cluster, for the high-availability
 tests and benchmarks: start, kill, pause by PID; find the primary."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -85,3 +86,66 @@ def find_primary(nodes, timeout=60.0, exclude=()):
         time.sleep(0.05)
     raise AssertionError("no primary after %.0f s:\n%s" % (
         timeout, "\n".join("%s: %s" % (n.name, n.log()) for n in nodes)))
+
+
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "contrib", "haproxy", "haproxy.cfg")
+
+
+class Haproxy:
+    """HAProxy with contrib/haproxy/haproxy.cfg, on loopback, in front of `nodes`."""
+
+    def __init__(self, nodes, workdir):
+        self.port = free_port()
+        with open(EXAMPLE) as f:
+            lines = [line for line in f if not line.lstrip().startswith("server ")]
+        conf = "".join(lines).replace("bind :11300", "bind 127.0.0.1:%d" % self.port)
+        conf = conf.replace("maxconn 20000", "maxconn 2000")
+        conf += "".join("    server %s 127.0.0.1:%d check\n" % (n.name, n.port) for n in nodes)
+        self.conf = os.path.join(str(workdir), "haproxy.cfg")
+        with open(self.conf, "w") as f:
+            f.write(conf)
+        self.proc = subprocess.Popen([HAPROXY, "-f", self.conf, "-db", "-q"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("haproxy did not start (%s)" % self.conf)
+                time.sleep(0.02)
+
+    def settle(self, timeout=30.0):
+        """Wait until the checks have marked the standbys down (servers start up)."""
+        deadline = time.monotonic() + timeout
+        good = 0
+        while good < 10:
+            assert time.monotonic() < deadline, "HAProxy still sends clients to standbys"
+            try:
+                with Client(self.port, timeout=5) as c:
+                    good = good + 1 if c.cmd(b"stats").startswith(b"OK ") else 0
+            except (OSError, ConnectionError):
+                good = 0
+                time.sleep(0.05)
+
+    def put_until_accepted(self, body, timeout=60.0):
+        """Connect through HAProxy and put until a put is accepted; its id."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with Client(self.port, timeout=5) as c:
+                    reply = c.cmd(b"put 0 0 60 %d\r\n%s" % (len(body), body))
+                    if reply.startswith(b"INSERTED "):
+                        return int(reply.split()[1])
+            except (OSError, ConnectionError):
+                pass
+            time.sleep(0.01)
+        raise AssertionError("no put accepted through HAProxy in %.0f s" % timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from hanodes import Node, find_primary
+from hanodes import HAPROXY, Haproxy, Node, find_primary
 from natscluster import NATS_SERVER, NatsCluster
 from servers import Client
 
@@ -394,3 +394,32 @@ def test_quorum_lost_and_back(cluster, nodes, tmp_path):
         assert c.peek(kept) == b"kept"
     print("\nquorum lost: a put waited %.1f s before its connection closed; puts accepted "
           "again %.1f s after the loss" % (waited, recovered))
+
+
+@pytest.mark.skipif(not os.path.exists(HAPROXY), reason="haproxy is not installed")
+def test_clients_through_haproxy_follow_the_primary(cluster, nodes, tmp_path):
+    # contrib/haproxy/haproxy.cfg: a check that only the primary passes.
+    for name in ("a", "b", "c"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    proxy = Haproxy(nodes, tmp_path)
+    try:
+        proxy.settle()
+        first = proxy.put_until_accepted(b"one")
+        worker = Client(proxy.port, timeout=30)
+        worker.cmd(b"watch default")
+        primary.kill()
+        t0 = time.monotonic()
+        with pytest.raises((ConnectionError, OSError)):
+            worker.cmd(b"reserve")          # HAProxy closes the session to the dead node
+        second = proxy.put_until_accepted(b"two")
+        elapsed = time.monotonic() - t0
+        assert second > first
+        with Client(proxy.port) as c:
+            assert c.peek(first) == b"one" and c.peek(second) == b"two"
+            # the proxy leads to the new primary
+            assert c.cmd(b"delete %d" % first) == b"DELETED"
+        assert find_primary(nodes, exclude=(primary,)).is_primary()
+    finally:
+        proxy.stop()
+    print("\nkill -> first put accepted through HAProxy: %.2f s" % elapsed)
