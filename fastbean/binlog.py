@@ -25,6 +25,7 @@ HEADER = struct.pack("<i", VERSION)
 SHORT = 84                  # bytes of a short record
 BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
+MIRROR_MARK = "replicated"  # names the stream a replicated node's directory mirrors
 
 
 def marker(max_id):
@@ -59,6 +60,10 @@ class Binlog:
         self._asked_seq = 0         # records the sync thread has been asked to sync
         self._syncer = None         # SyncThread, started with the first sync
         self._filler = None         # ZeroFill, with -f 0 (see _sync.pyx)
+        # Where durability goes: the engine, or replication.py, which lets a
+        # reply out once the stream has its records too.
+        self.durable = core.set_durable
+        self.mirror = False         # replication.py drives the files (mirror_open)
 
     # -- start-up ---------------------------------------------------------------
 
@@ -144,22 +149,26 @@ class Binlog:
         engine then answers the command with an error and stays on this file).
         """
         self._write(*self.core.take_wal())
-        old_fd, old_seq, old_used = self.fd, self.seq, self.used
         if not self._new_file(need):
             return 0
-        self._finish(old_fd, old_seq, old_used)
         return self.core.wal_status()[3]
 
     # -- files ------------------------------------------------------------------
 
     def _new_file(self, need):
-        seq = self.seq + 1
         head = HEADER
         if self.core.max_id and not self.core.has_job(self.core.max_id):
             head += marker(self.core.max_id)
         # -s bytes of new records, beyond the room kept for live jobs' deletes
         cap = self.max_size + need + len(head)
         cap = (cap + BLOCK - 1) // BLOCK * BLOCK
+        if not self._create(self.seq + 1, cap, head):
+            return False
+        self.core.wal_new_file(self.seq, cap, len(head))
+        return True
+
+    def _create(self, seq, cap, head):
+        # binlog.<seq>, cap bytes allocated, head written: the current file
         path = self.path(seq)
         fill_fd = -1
         try:
@@ -182,14 +191,16 @@ class Binlog:
                 os.close(fill_fd)
             os.unlink(path)
             return False
+        old = (self.fd, self.seq, self.used)
         self.fd, self.seq, self.used = fd, seq, len(head)
-        self.core.wal_new_file(seq, cap, len(head))
         if self._filler is not None:
             err = self._filler.take_error()
             if err:
                 log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
                             "its fsyncs stay slower", seq - 1, os.strerror(err))
             self._filler.file(fill_fd, len(head), cap)
+        if old[0] >= 0:     # after the filler has let go of it
+            self._finish(*old)
         return True
 
     def _finish(self, fd, seq, used):
@@ -208,6 +219,12 @@ class Binlog:
 
     def _write(self, data, seq):
         self._written_seq = seq
+        if not self._put(data):
+            self.core.set_failed(seq)
+            return False
+        return True
+
+    def _put(self, data):
         if self._filler is not None:
             self._filler.claim(self.used + len(data))
         view = memoryview(data)
@@ -221,7 +238,6 @@ class Binlog:
                 # jobs are still in memory; say so loudly and keep serving.
                 log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk; "
                           "closing the connections waiting on them", self.seq, e.strerror, len(view))
-                self.core.set_failed(seq)
                 return False
             self.used += n
             view = view[n:]
@@ -242,7 +258,7 @@ class Binlog:
             self._syncer = SyncThread()
             self.loop.add_reader(self._syncer.fileno(), self._sync_done)
         self._asked_seq = self._written_seq
-        if self.fsync_ms == 0:
+        if self.fsync_ms == 0 and not self.mirror:
             self.core.commit_eager = False
         self._syncer.request(self.fd, self._written_seq)
 
@@ -260,11 +276,12 @@ class Binlog:
             # The sync thread is idle again: the next turn's records start a
             # sync as soon as they have run instead of on the loop turn after,
             # so one group syncs while the next gathers.
-            self.core.commit_eager = self._asked_seq <= self._synced_seq
+            if not self.mirror:
+                self.core.commit_eager = self._asked_seq <= self._synced_seq
             if err:
                 self.core.set_failed(seq)
             else:
-                self.core.set_durable(seq)
+                self.durable(seq)
         else:
             self._arm_sync()
 
@@ -284,30 +301,25 @@ class Binlog:
         """Write this turn's records with one write, then sync as -f says and
         let out the replies that were waiting for them."""
         self._commit_pending = False
-        data, seq = self.core.take_wal()
+        self.append(*self.core.take_wal())
+        self._maintain()
+
+    def append(self, data, seq):
+        """Write records up to the engine's record seq, then sync as -f says."""
         if data:
             self._write(data, seq)
         if not self.fsync:
-            self.core.set_durable(self._written_seq)
+            self.durable(self._written_seq)
         elif self.fsync_ms == 0:
             self._start_sync()
         else:
             # Written records survive a crash of the process; -f bounds what a
             # power loss can take to about the last MS ms.
-            self.core.set_durable(self._written_seq)
+            self.durable(self._written_seq)
             self._arm_sync()
-        self._maintain()
 
     def _collect(self):
-        for seq in self.core.wal_collect():
-            size = self.sizes.pop(seq, 0)
-            self.closed_bytes -= size
-            try:
-                os.unlink(self.path(seq))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.error("cannot remove binlog.%d: %s", seq, e.strerror)
+        self.remove(self.core.wal_collect())
 
     def _maintain(self):
         # Reclaim files no live job needs; when most of the disk is dead
@@ -331,7 +343,8 @@ class Binlog:
             self._filler.stop()
             self._filler = None
         if self.fd >= 0:
-            self._write(*self.core.take_wal())
+            if not self.mirror:     # replication.py takes the records, and publishes them first
+                self._write(*self.core.take_wal())
             try:
                 os.ftruncate(self.fd, self.used)
                 if self.fsync:
@@ -340,12 +353,79 @@ class Binlog:
                 log.error("closing binlog.%d: %s", self.seq, e.strerror)
                 self.core.set_failed(self._written_seq)
             else:
-                self.core.set_durable(self._written_seq)
+                self.durable(self._written_seq)
             os.close(self.fd)
             self.fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+    # -- replication (replication.py drives the files) ---------------------------
+
+    def mirror_open(self, stream):
+        """With --replicate the directory mirrors the stream: binlog.N holds the
+        records of the stream's part N, as this node applied or published them.
+        The stream is the truth, so the files of an earlier run go; a directory
+        with files of anything else is refused rather than emptied."""
+        self.lock()
+        self.mirror = True
+        mark = os.path.join(self.dir, MIRROR_MARK)
+        try:
+            with open(mark) as f:
+                owner = f.read().strip()
+        except FileNotFoundError:
+            owner = None
+        if self.existing() and owner != stream:
+            raise BinlogError("%s holds a binlog that is not a mirror of stream %s; "
+                              "--replicate starts from the stream: give it an empty directory"
+                              % (self.dir, stream))
+        with open(mark, "w") as f:
+            f.write(stream + "\n")
+        self.mirror_reset()
+
+    def mirror_reset(self):
+        """The node rebuilds its queue from the stream: so does the directory."""
+        if self._syncer is not None:     # a sync in flight covered the old queue's records
+            self.loop.remove_reader(self._syncer.fileno())
+            self._syncer.stop()
+            self._syncer = None
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        self._written_seq = self._synced_seq = self._asked_seq = 0
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        for seq in self.existing():
+            try:
+                os.unlink(self.path(seq))
+            except OSError as e:
+                raise BinlogError("cannot remove binlog.%d: %s" % (seq, e.strerror)) from None
+        self.sizes.clear()
+        self.closed_bytes = 0
+        self.seq = 0
+
+    def mirror_part(self, seq, cap, head):
+        """Part `seq` of the stream starts: binlog.<seq>, with `head` in it."""
+        cap = max(cap, BLOCK)
+        if not self._create(seq, cap, HEADER + head):
+            self.core.set_failed(self._written_seq)
+
+    def mirror_write(self, data):
+        """A standby's records, as it applies them (synced when the file ends)."""
+        if self.fd >= 0:
+            self._put(data)
+
+    def remove(self, seqs):
+        """Parts of the stream no live job needs: their files go too."""
+        for seq in seqs:
+            self.closed_bytes -= self.sizes.pop(seq, 0)
+            try:
+                os.unlink(self.path(seq))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.error("cannot remove binlog.%d: %s", seq, e.strerror)
 
     # -- stats ------------------------------------------------------------------
 

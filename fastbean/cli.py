@@ -228,8 +228,6 @@ def parse_args(argv):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
-    if opts.get("replicate") and opts.get("binlog_dir") is not None:
-        raise Usage("-b and --replicate together are not supported yet")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
 
 

@@ -85,6 +85,9 @@ class Replicator:
         self.part_size = max(config.binlog_size, 1)
         self.max_job_size = config.max_job_size
         self.nc = self.js = self.kv = None
+        self.binlog = server.binlog     # -b: a local mirror of the stream (binlog.py)
+        self.local_seq = 0          # engine records the local binlog has made durable
+        self.remote_seq = 0         # engine records JetStream has acknowledged
         self.role = "standby"
         self.applied = 0            # stream sequence of the last message applied or acknowledged
         self.part = 0               # the current part
@@ -112,6 +115,9 @@ class Replicator:
     # -- start, stop ----------------------------------------------------------
 
     def start(self):
+        if self.binlog is not None:
+            self.binlog.mirror_open(self.stream)
+            self.binlog.durable = self._local_durable
         self._task = self.loop.create_task(self._run())
 
     async def finish(self, grace):
@@ -301,8 +307,12 @@ class Replicator:
             # parts are numbered on; one without messages was empty
             for empty in range(self.part + 1 if self.part else part, part):
                 core.replay(HEADER, empty)
+                self._mirror_part(empty, 0, b"")
             self._new_part(part)
             self.part_first[part] = seq
+            self._mirror_part(part, 0, b"")
+        if self.binlog is not None:
+            self.binlog.mirror_write(data)
         count, end, reason = core.replay(HEADER + data, part)
         if reason is not None:
             log.error("replication: message %d: %s: %d bytes after record %d not applied",
@@ -322,12 +332,31 @@ class Replicator:
         for part in parts:
             self.closed_bytes -= self.part_bytes.pop(part, 0)
             self.part_first.pop(part, None)
+        if parts and self.binlog is not None:
+            self.binlog.remove(parts)
+
+    def _mirror_part(self, part, cap, head):
+        if self.binlog is not None:
+            self.binlog.mirror_part(part, cap, head)
+
+    def _local_durable(self, seq):
+        self.local_seq = max(self.local_seq, seq)
+        self._release()
+
+    def _release(self):
+        # a reply goes once its records are in the stream (and on the local disk, with -b)
+        seq = self.remote_seq if self.binlog is None else min(self.remote_seq, self.local_seq)
+        if self.role == "primary" and seq:
+            self.server.core.set_durable(seq)
 
     def _reset(self, why):
         log.warning("replication: %s: rebuilding the queue from the stream", why)
         self.resyncs += 1
         self.server.reset_core()
+        if self.binlog is not None:
+            self.binlog.mirror_reset()
         self.applied = self.part = self.closed_bytes = 0
+        self.local_seq = self.remote_seq = self.taken_seq = 0
         self.part_first.clear()
         self.part_bytes.clear()
         self.resync = False
@@ -354,7 +383,9 @@ class Replicator:
         self._acked(part, head, ack)
         live, resv, used, cap, nparts = core.wal_status()
         core.wal_enable(self)
-        core.wal_new_file(part, self._capacity(resv, head), len(head))
+        cap = self._capacity(resv, head)
+        core.wal_new_file(part, cap, len(head))
+        self._mirror_part(part, cap, head)
         core.commit_eager = True
         self.takeovers += 1
         log.warning("replication: %s is the primary: %d jobs, stream at %d (placing the jobs took "
@@ -441,12 +472,15 @@ class Replicator:
         self.queue.append([self.part, head, 0])
         cap = self._capacity(need, head)
         self.server.core.wal_new_file(self.part, cap, len(head))
+        self._mirror_part(self.part, cap, head)
         return cap
 
     def _take(self):
         data, seq = self.server.core.take_wal()
         if data:
             self.taken_seq = seq
+            if self.binlog is not None:
+                self.binlog.append(data, seq)
             if len(data) > self.max_payload:
                 for piece in split_records(data, self.max_payload):
                     self.queue.append([self.part, piece, 0])
@@ -481,7 +515,8 @@ class Replicator:
                 ack = await self._publish(part, data)
                 self._acked(part, data, ack)
                 if seq:
-                    self.server.core.set_durable(seq)
+                    self.remote_seq = seq
+                    self._release()
                 if not self.queue:
                     self._take()
                 self._maintain()
@@ -536,6 +571,7 @@ class Replicator:
         core.set_failed(self.taken_seq)
         self._new_part(self.part + 1)
         core.wal_new_file(self.part, 0, 0)
+        self._mirror_part(self.part, 0, b"")
 
     def _acked(self, part, data, ack):
         self.applied = ack.seq

@@ -42,13 +42,14 @@ class Server:
         self.verbosity = config.verbosity
         self._timer = None
         self.replicator = None
-        if config.replicate:
-            self.replicator = Replicator(self, config)
         self._new_core()
         self.binlog = None
         if config.binlog_dir is not None:
             self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
                                  fsync=config.fsync, fsync_ms=config.fsync_ms)
+        if config.replicate:
+            self.replicator = Replicator(self, config)
+            self.core.ext_stats = self.replicator.stats
         # A replicated node serves clients only while it is the primary.
         self.serving = self.replicator is None
         self.connections = set()
@@ -99,6 +100,8 @@ class Server:
             self._timer.cancel()
             self._timer = None
         self._new_core()
+        if self.binlog is not None:
+            self.binlog.core = self.core
 
     def fatal(self, message):
         log.error("%s", message)
@@ -144,7 +147,9 @@ class Server:
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self, socks):
-        if self.binlog is not None:
+        if self.replicator is not None:
+            self.replicator.start()         # with -b, the directory mirrors the stream
+        elif self.binlog is not None:
             self.binlog.open()
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
         factory = lambda: cls(self) if self.serving else Refused()
@@ -160,8 +165,6 @@ class Server:
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop)
-        if self.replicator is not None:
-            self.replicator.start()
 
     async def serve(self, socks):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
