@@ -2,8 +2,8 @@
 nodes on loopback, primaries killed and paused, NATS servers killed."""
 import os
 import random
-import shutil
 import signal
+import subprocess
 import threading
 import time
 
@@ -11,7 +11,7 @@ import pytest
 
 from hanodes import HAPROXY, Haproxy, Node, find_primary
 from natscluster import NATS_SERVER, NatsCluster
-from servers import Client
+from servers import Client, Server, fastbean_cmd
 
 pytestmark = pytest.mark.skipif(not os.path.exists(NATS_SERVER),
                                 reason="nats-server is not installed")
@@ -259,7 +259,7 @@ def test_paused_primary_is_fenced(cluster, nodes, tmp_path):
 
 
 def stream_info(cluster, name):
-    """(stream leader's server name, last sequence) of a JetStream stream."""
+    """(stream leader's server name, stream state) of a JetStream stream."""
     import asyncio
     import nats
 
@@ -267,7 +267,7 @@ def stream_info(cluster, name):
         nc = await nats.connect(servers=[s.url for s in cluster.servers if s.running])
         try:
             info = await nc.jetstream().stream_info(name)
-            return info.cluster.leader, info.state.last_seq
+            return info.cluster.leader, info.state
         finally:
             await nc.close()
     return asyncio.run(ask())
@@ -423,3 +423,61 @@ def test_clients_through_haproxy_follow_the_primary(cluster, nodes, tmp_path):
     finally:
         proxy.stop()
     print("\nkill -> first put accepted through HAProxy: %.2f s" % elapsed)
+
+
+def test_stream_is_compacted_and_binlog_mirrors_it(cluster, nodes, tmp_path):
+    # Small parts (-s): deleted jobs' parts are collected, live jobs re-logged
+    # forward, and the stream purged below the oldest part still needed. A
+    # standby that joins afterwards rebuilds the queue from what is left; the
+    # -b directory of a killed primary is a binlog a lone server can start from.
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    nodes.append(Node("a", cluster.urls, tmp_path, "--lease-ttl", TTL, "-s", "20000",
+                      "-b", mirror, "-f", "0"))
+    primary = find_primary(nodes)
+    kept = {}
+    with Client(primary.port) as c:
+        for round_ in range(6):
+            ids = [c.put(b"%d-%d" % (round_, i), pri=i) for i in range(500)]
+            for i, jid in enumerate(ids):
+                if i % 50:
+                    c.cmd(b"delete %d" % jid, b"DELETED")
+                else:
+                    kept[jid] = b"%d-%d" % (round_, i)
+        last = max(ids)
+    state = stream_info(cluster, "fastbean")[1]
+    assert state.first_seq > 1 and state.messages < state.last_seq / 4, state
+    assert primary.ext_stats()["replication-part"] > 3
+    nodes.append(Node("b", cluster.urls, tmp_path, "--lease-ttl", TTL))
+    time.sleep(1)
+    primary.kill()
+    new = find_primary(nodes, exclude=(primary,))
+    with Client(new.port) as c:
+        assert job_info(c, kept) == {j: ("default", int(b.split(b"-")[1]), "ready", b)
+                                     for j, b in kept.items()}
+        assert total_jobs(c) == len(kept)
+        assert c.put(b"next") > last
+    lone = Server.start("fastbean", "-b", mirror)
+    try:
+        with Client(lone.port) as c:
+            assert {j: c.peek(j) for j in kept} == kept and total_jobs(c) == len(kept)
+            assert c.put(b"next") > last
+    finally:
+        lone.stop()
+
+
+def test_replicated_binlog_directory_must_be_a_mirror(cluster, tmp_path):
+    # A directory with a binlog of a lone server is not emptied by --replicate.
+    lone = Server.start("fastbean", "-b", tmp_path)
+    with Client(lone.port) as c:
+        c.put(b"precious")
+    lone.stop()
+    proc = subprocess.run(fastbean_cmd() + ["-p", "0", "-l", "127.0.0.1", "--replicate",
+                                            cluster.urls, "-b", str(tmp_path)],
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 1
+    assert b"not a mirror of stream fastbean" in proc.stderr
+    lone = Server.start("fastbean", "-b", tmp_path)
+    with Client(lone.port) as c:
+        assert c.peek(1) == b"precious"
+    lone.stop()
