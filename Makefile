@@ -3,7 +3,7 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test fuzz debug asan bench peers
+.PHONY: build test fuzz debug asan bench peers ha-soak
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
@@ -16,11 +16,19 @@ test: build
 fuzz: build
 	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
 
+# High availability: the primary killed 50 times under load (CI kills it 3 times).
+ha-soak: build
+	FASTBEAN_HA_KILLS=50 $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
+
 # The debug build (invariant checks after every command, sampled once the job table
 # is large; -O0) and the test suite,
 # in a copy of the tree so the normal build is left alone.
 debug:
 	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"
+
+# High availability: the primary killed 50 times under load (CI kills it 3 times).
+ha-soak: build
+	FASTBEAN_HA_KILLS=50 $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
 
 # The debug build under AddressSanitizer and UBSan: every server the tests start
 # runs instrumented, Python allocates with malloc so that ASan sees every block.
@@ -43,6 +51,8 @@ bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.memory
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
+	$(PY) -m benchmarks.ha
+	$(PY) -m benchmarks.failover
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
 
 peers: build          ## the peer corpus beside the checkout, against the real beanstalkd

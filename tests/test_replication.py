@@ -9,12 +9,9 @@ import time
 
 import pytest
 
-from hanodes import HAPROXY, Haproxy, Node, find_primary
-from natscluster import NATS_SERVER, NatsCluster
+from hanodes import Haproxy, Node, find_primary
+from natscluster import NatsCluster
 from servers import Client, Server, fastbean_cmd
-
-pytestmark = pytest.mark.skipif(not os.path.exists(NATS_SERVER),
-                                reason="nats-server is not installed")
 
 # `make ha-soak` sets this to 50.
 KILLS = int(os.environ.get("FASTBEAN_HA_KILLS", "3"))
@@ -396,7 +393,6 @@ def test_quorum_lost_and_back(cluster, nodes, tmp_path):
           "again %.1f s after the loss" % (waited, recovered))
 
 
-@pytest.mark.skipif(not os.path.exists(HAPROXY), reason="haproxy is not installed")
 def test_clients_through_haproxy_follow_the_primary(cluster, nodes, tmp_path):
     # contrib/haproxy/haproxy.cfg: a check that only the primary passes.
     for name in ("a", "b", "c"):
