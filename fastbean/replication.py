@@ -458,8 +458,8 @@ class Replicator:
         """The turn's records: published by the sender, now or once the publish
         in flight is acknowledged (then with everything gathered meanwhile)."""
         self._commit_pending = False
-        if self.sender is None and self.role == "primary":
-            self._take()
+        if self.role == "primary" and (self.sender is None or self.stalled):
+            self._take()        # stalled: taking them fails their connections at once
             self._send()
 
     def rotate(self, need):

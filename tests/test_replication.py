@@ -361,6 +361,7 @@ def test_quorum_lost_and_back(cluster, nodes, tmp_path):
     primary = find_primary(nodes)
     with Client(primary.port) as c:
         kept = c.put(b"kept")
+        doomed = c.put(b"doomed")
     lost = [s for s in cluster.servers][:2]
     for s in lost:
         s.kill()
@@ -374,6 +375,11 @@ def test_quorum_lost_and_back(cluster, nodes, tmp_path):
         c.cmd(b"put 0 0 60 7\r\nrefused", b"OUT_OF_MEMORY")
         assert c.peek(kept) == b"kept"
         assert c.stats()["current-jobs-ready"] >= 1
+    with Client(primary.port) as c:
+        with pytest.raises((ConnectionError, OSError)):
+            c.cmd(b"delete %d" % doomed)    # no waiting now: no answer, at once
+    with Client(primary.port) as c:
+        assert c.peek(kept) == b"kept"      # reads still answered
     for s in lost:
         s.start()
     deadline = time.monotonic() + 60
