@@ -330,8 +330,7 @@ class Binlog:
             if self.core.wal_migrate(MIGRATE_BATCH):
                 self._collect()
 
-    def close(self):
-        """Clean shutdown: everything on disk, the current file cut to size."""
+    def _stop_syncing(self):
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
@@ -339,6 +338,10 @@ class Binlog:
             self.loop.remove_reader(self._syncer.fileno())
             self._syncer.stop()
             self._syncer = None
+
+    def close(self):
+        """Clean shutdown: everything on disk, the current file cut to size."""
+        self._stop_syncing()
         if self._filler is not None:
             self._filler.stop()
             self._filler = None
@@ -385,13 +388,7 @@ class Binlog:
 
     def mirror_reset(self):
         """The node rebuilds its queue from the stream: so does the directory."""
-        if self._syncer is not None:     # a sync in flight covered the old queue's records
-            self.loop.remove_reader(self._syncer.fileno())
-            self._syncer.stop()
-            self._syncer = None
-        if self._sync_timer is not None:
-            self._sync_timer.cancel()
-            self._sync_timer = None
+        self._stop_syncing()        # a sync in flight covered the old queue's records
         self._written_seq = self._synced_seq = self._asked_seq = 0
         if self.fd >= 0:
             os.close(self.fd)

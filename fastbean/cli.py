@@ -4,6 +4,7 @@ Only light modules are imported here: the listening socket is bound before
 asyncio, uvloop and the engine are loaded, so clients can connect (into the
 kernel's backlog) while the rest of the server starts.
 """
+import importlib.util
 import logging
 import os
 import signal
@@ -228,6 +229,8 @@ def parse_args(argv):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
+    if opts.get("replicate") and importlib.util.find_spec("nats") is None:
+        raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
 
 

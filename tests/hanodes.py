@@ -3,10 +3,10 @@ tests and benchmarks: start, kill, pause by PID; find the primary."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
+from natscluster import wait_listening
 from servers import Client, fastbean_cmd, free_port
 
 
@@ -27,15 +27,8 @@ class Node:
                                   "--replicate-stream", self.stream, "--node-name", self.name,
                                   *map(str, self.args)],
                 stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + 10
-        while True:         # the port takes connections even on a standby
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("node %s did not start: %s" % (self.name, self.log()))
-                time.sleep(0.02)
+        # the port takes connections even on a standby
+        wait_listening(self.port, self.proc, lambda: "node %s: %s" % (self.name, self.log()))
 
     @property
     def pid(self):
@@ -108,15 +101,7 @@ class Haproxy:
             f.write(conf)
         self.proc = subprocess.Popen([HAPROXY, "-f", self.conf, "-db", "-q"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("haproxy did not start (%s)" % self.conf)
-                time.sleep(0.02)
+        wait_listening(self.port, self.proc, lambda: "haproxy with %s" % self.conf)
 
     def settle(self, timeout=30.0):
         """Wait until the checks have marked the standbys down (servers start up)."""

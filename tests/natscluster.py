@@ -12,6 +12,19 @@ from servers import free_port
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
+def wait_listening(port, proc, describe, timeout=10.0):
+    """Wait until proc accepts on 127.0.0.1:port; raise with describe() if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("did not start: %s" % describe())
+            time.sleep(0.02)
+
+
 class NatsServer:
     def __init__(self, name, port, cluster_port, routes, store):
         self.name, self.port, self.cluster_port = name, port, cluster_port
@@ -29,15 +42,7 @@ class NatsServer:
     def start(self):
         self.proc = subprocess.Popen([NATS_SERVER, "-c", self.conf], stdout=subprocess.DEVNULL,
                                      stderr=open(self.logfile, "ab"))
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("nats-server %s did not start: %s" % (self.name, self.log()))
-                time.sleep(0.02)
+        wait_listening(self.port, self.proc, lambda: "nats-server %s: %s" % (self.name, self.log()))
 
     def kill(self, sig=signal.SIGKILL):
         if self.proc is not None and self.proc.poll() is None:

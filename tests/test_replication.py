@@ -483,3 +483,18 @@ def test_replicated_binlog_directory_must_be_a_mirror(cluster, tmp_path):
     with Client(lone.port) as c:
         assert c.peek(1) == b"precious"
     lone.stop()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--replicate", ""], b"no NATS server URL"),
+    (["--replicate", "http://127.0.0.1:4222"], b"not a nats:// URL"),
+    (["--replicate", "nats://127.0.0.1:4222", "--lease-ttl", "0"], b"--lease-ttl: between"),
+    (["--replicate", "nats://127.0.0.1:4222", "--replicate-timeout", "x"],
+     b"invalid --replicate-timeout"),
+    (["--replicate", "nats://127.0.0.1:4222", "--replicate-stream", "a.b"],
+     b"letters, digits"),
+    (["--node-name"], b"--node-name requires an argument"),
+])
+def test_replication_flags_are_checked(args, message):
+    proc = subprocess.run(fastbean_cmd() + args, capture_output=True, timeout=30)
+    assert proc.returncode == 5 and message in proc.stderr, proc.stderr
