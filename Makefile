@@ -26,10 +26,6 @@ ha-soak: build
 debug:
 	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"
 
-# High availability: the primary killed 50 times under load (CI kills it 3 times).
-ha-soak: build
-	FASTBEAN_HA_KILLS=50 $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
-
 # The debug build under AddressSanitizer and UBSan: every server the tests start
 # runs instrumented, Python allocates with malloc so that ASan sees every block.
 # A small quarantine keeps RSS near the uninstrumented server's, which the

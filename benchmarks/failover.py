@@ -13,6 +13,7 @@ and the new primaries' logs say how long placing the replayed jobs took.
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -63,6 +64,7 @@ def main(argv=None):
         for node in nodes:
             node.stop()
         cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print("kill -> first accepted put through HAProxy over %d takeovers: median %.2f s, "
           "worst %.2f s, best %.2f s; placing the jobs at takeover: median %.3f s" % (
               len(times), statistics.median(times), max(times), min(times),

@@ -12,6 +12,7 @@ replicated one a stream of its own on the same NATS cluster.
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def main(argv=None):
                           flush=True)
     finally:
         cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print("%-16s %-20s %10s %8s %8s %8s   %s" % ("case", "server", "tx/s", "p50 us", "p99 us",
                                                  "errors", "vs fastbean -f0 / beanstalkd -f0"))
     for case in CASES:

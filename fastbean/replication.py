@@ -230,7 +230,7 @@ class Replicator:
             while True:
                 if self.resync:
                     sub = await _unsubscribe(sub)
-                    self._reset("a gap in the stream (purged while this node lagged)")
+                    self._reset("the stream does not go on from where this node got to")
                 if sub is None:
                     sub = await self._subscribe()
                 await asyncio.sleep(POLL)
@@ -301,8 +301,9 @@ class Replicator:
         core = self.server.core
         if part != self.part:
             if part < self.part:
-                log.error("replication: message %d goes back to part %d from %d; ignored",
+                log.error("replication: message %d goes back to part %d from %d",
                           seq, part, self.part)
+                self.resync = True
                 return
             # parts are numbered on; one without messages was empty
             for empty in range(self.part + 1 if self.part else part, part):
@@ -429,7 +430,7 @@ class Replicator:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("replication: renewing the lease (%.1f s ago): %s",
+                log.warning("replication: renewing the lease failed (renewed %.1f s ago): %s",
                             sent - renewed, _why(e))
         log.error("replication: another node appended to the stream: %s steps down", self.name)
 

@@ -78,10 +78,14 @@ class Server:
 
     # -- replication -------------------------------------------------------------
 
-    def ready(self):
-        """True while this node takes clients: the readiness an HTTP /readyz or a
-        load balancer's health check should report (a standby is not ready)."""
-        return self.serving and self._stopping is None
+    def readiness(self):
+        """(ready, why): what an HTTP /readyz or a load balancer's check should
+        report. A replicated node is ready only while it is the primary."""
+        if self._stopping is not None:
+            return False, "stopping"
+        if not self.serving:
+            return False, "standby"
+        return True, "ready"
 
     def set_serving(self, on):
         """Take clients (primary) or not (standby): a standby accepts a connection
