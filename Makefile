@@ -3,7 +3,7 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test fuzz debug asan bench peers wheels
+.PHONY: build test fuzz debug asan bench peers wheels ha-soak
 # Every Python pyenv or PATH has; tools/wheels.py keeps the versions pyproject lists.
 PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
            $(foreach v,9 10 11 12 13,$(shell command -v python3.$(v)))
@@ -18,6 +18,10 @@ test: build
 # parser, randomized differential sessions) with FUZZ times their examples.
 fuzz: build
 	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
+
+# High availability: the primary killed 50 times under load (CI kills it 3 times).
+ha-soak: build
+	FASTBEAN_HA_KILLS=50 $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
 
 # The debug build (invariant checks after every command, sampled once the job table
 # is large; -O0) and the test suite but the wheel build (tests/test_wheel.py),
@@ -53,6 +57,8 @@ bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
 	$(PY) -m benchmarks.scrape
+	$(PY) -m benchmarks.ha
+	$(PY) -m benchmarks.failover
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
 
 peers: build          ## the peer corpus beside the checkout, against the real beanstalkd

@@ -207,6 +207,9 @@ cdef class Core:
     cdef bint trim_due                     # a backlog drained: trim on the next tick
     cdef public int batch_limit            # commands per connection per feed
 
+    # () -> bytes of "name: value\n" lines that fastbean-stats appends (replication.py)
+    cdef public object ext_stats
+
     # Identity for stats.
     cdef int64_t started_mono
     cdef bytes instance_id

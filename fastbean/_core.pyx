@@ -231,6 +231,7 @@ cdef class Core:
         self.wba = bytearray()
         self.held = []
         self.binlog = None
+        self.ext_stats = None
         self.sleeping = False      # until a poller sets it: nothing to wake
         self.turn = []
         self.default_tube = self.tube_get(b"default", 7, True)
@@ -1349,6 +1350,7 @@ cdef class Core:
             b"busy-poll-window-us: %d\n" % (self.poll_window_ns // 1000),
             b"busy-poll-idle-seconds: %d.%06d\n" % (self.poll_idle_ns // SEC,
                                                      self.poll_idle_ns % SEC // 1000),
+            self.ext_stats() if self.ext_stats is not None else b"",
         ])
 
     # -- binlog ------------------------------------------------------------------
@@ -1608,7 +1610,8 @@ cdef class Core:
 
     @property
     def max_id(self):
-        return self.next_id - 1
+        # replay_max_id: a standby's jobs stay in replay until it takes over
+        return max(self.next_id - 1, self.replay_max_id)
 
     def has_job(self, uint64_t id):
         return table_find(&self.jobs, id) != NULL
@@ -1631,7 +1634,8 @@ cdef class Core:
             data = bytes(data)
         p = PyBytes_AS_STRING(data)
         n = PyBytes_GET_SIZE(data)
-        self.wal_new_file(seq, 0, 0)
+        if self.nwfiles == 0 or self.wfiles[self.nwfiles - 1].seq != seq:
+            self.wal_new_file(seq, 0, 0)    # a replicated part comes in several calls
         if n < WAL_HEADER:
             return (0, 0, "no version header" if n else None)
         memcpy(&version, p, 4)

@@ -24,9 +24,10 @@ HEADER = struct.pack("<i", VERSION)
 SHORT = 84                  # bytes of a short record
 BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
+MIRROR_MARK = "replicated"  # names the stream a replicated node's directory mirrors
 
 
-def _marker(max_id):
+def marker(max_id):
     # A short "deleted" record of the highest id handed out. Replay (ours and
     # beanstalkd's) ignores it as a record of an unknown job but still counts
     # its id, so ids continue after a restart even when every job is gone.
@@ -63,6 +64,10 @@ class Binlog:
         self.errors = 0             # failures so far
         self.replayed = None        # (files, jobs, seconds, bytes dropped) once open
         self._fail_op = None        # what failed: write, fsync, create, allocate, finish, close
+        # Where durability goes: the engine, or replication.py, which lets a
+        # reply out once the stream has its records too.
+        self.durable = core.set_durable
+        self.mirror = False         # replication.py drives the files (mirror_open)
 
     # -- start-up ---------------------------------------------------------------
 
@@ -171,22 +176,26 @@ class Binlog:
         engine then answers the command with an error and stays on this file).
         """
         self._write(*self.core.take_wal())
-        old_fd, old_seq, old_used = self.fd, self.seq, self.used
         if not self._new_file(need):
             return 0
-        self._finish(old_fd, old_seq, old_used)
         return self.core.wal_status()[3]
 
     # -- files ------------------------------------------------------------------
 
     def _new_file(self, need):
-        seq = self.seq + 1
         head = HEADER
         if self.core.max_id and not self.core.has_job(self.core.max_id):
-            head += _marker(self.core.max_id)
+            head += marker(self.core.max_id)
         # -s bytes of new records, beyond the room kept for live jobs' deletes
         cap = self.max_size + need + len(head)
         cap = (cap + BLOCK - 1) // BLOCK * BLOCK
+        if not self._create(self.seq + 1, cap, head):
+            return False
+        self.core.wal_new_file(self.seq, cap, len(head))
+        return True
+
+    def _create(self, seq, cap, head):
+        # binlog.<seq>, cap bytes allocated, head written: the current file
         path = self.path(seq)
         fill_fd = -1
         try:
@@ -210,8 +219,8 @@ class Binlog:
                 os.close(fill_fd)
             os.unlink(path)
             return False
+        old = (self.fd, self.seq, self.used)
         self.fd, self.seq, self.used = fd, seq, len(head)
-        self.core.wal_new_file(seq, cap, len(head))
         if self._fail_op in ("create", "allocate"):
             self._recovered()
         if self._filler is not None:
@@ -221,6 +230,8 @@ class Binlog:
                       "writing zeros ahead of the records of binlog.%(file)d failed: %(error)s; "
                       "its fsyncs stay slower", file=seq - 1, error=os.strerror(err))
             self._filler.file(fill_fd, len(head), cap)
+        if old[0] >= 0:     # after the filler has let go of it
+            self._finish(*old)
         return True
 
     def _finish(self, fd, seq, used):
@@ -239,6 +250,12 @@ class Binlog:
 
     def _write(self, data, seq):
         self._written_seq = seq
+        if not self._put(data):
+            self.core.set_failed(seq)
+            return False
+        return True
+
+    def _put(self, data):
         if self._filler is not None:
             self._filler.claim(self.used + len(data))
         view = memoryview(data)
@@ -253,7 +270,6 @@ class Binlog:
                 self._failed("write", "binlog write to binlog.%(file)d failed: %(error)s; %(bytes)d "
                              "bytes of records not on disk; closing the connections waiting on them",
                              file=self.seq, error=e.strerror, bytes=len(view))
-                self.core.set_failed(seq)
                 return False
             self.used += n
             view = view[n:]
@@ -275,7 +291,7 @@ class Binlog:
         if self._syncer is None:
             self._start_syncer()
         self._asked_seq = self._written_seq
-        if self.fsync_ms == 0:
+        if self.fsync_ms == 0 and not self.mirror:
             self.core.commit_eager = False
         self._syncer.request(self.fd, self._written_seq)
 
@@ -300,11 +316,12 @@ class Binlog:
             # The sync thread is idle again: the next turn's records start a
             # sync as soon as they have run instead of on the loop turn after,
             # so one group syncs while the next gathers.
-            self.core.commit_eager = self._asked_seq <= self._synced_seq
+            if not self.mirror:
+                self.core.commit_eager = self._asked_seq <= self._synced_seq
             if err:
                 self.core.set_failed(seq)
             else:
-                self.core.set_durable(seq)
+                self.durable(seq)
         else:
             self._arm_sync()
 
@@ -324,31 +341,25 @@ class Binlog:
         """Write this turn's records with one write, then sync as -f says and
         let out the replies that were waiting for them."""
         self._commit_pending = False
-        data, seq = self.core.take_wal()
+        self.append(*self.core.take_wal())
+        self._maintain()
+
+    def append(self, data, seq):
+        """Write records up to the engine's record seq, then sync as -f says."""
         if data:
             self._write(data, seq)
         if not self.fsync:
-            self.core.set_durable(self._written_seq)
+            self.durable(self._written_seq)
         elif self.fsync_ms == 0:
             self._start_sync()
         else:
             # Written records survive a crash of the process; -f bounds what a
             # power loss can take to about the last MS ms.
-            self.core.set_durable(self._written_seq)
+            self.durable(self._written_seq)
             self._arm_sync()
-        self._maintain()
 
     def _collect(self):
-        for seq in self.core.wal_collect():
-            size = self.sizes.pop(seq, 0)
-            self.closed_bytes -= size
-            try:
-                os.unlink(self.path(seq))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                event(logging.ERROR, "binlog-remove-failed", "cannot remove binlog.%(file)d: %(error)s",
-                      file=seq, error=e.strerror)
+        self.remove(self.core.wal_collect())
 
     def _maintain(self):
         # Reclaim files no live job needs; when most of the disk is dead
@@ -359,8 +370,7 @@ class Binlog:
             if self.core.wal_migrate(MIGRATE_BATCH):
                 self._collect()
 
-    def close(self):
-        """Clean shutdown: everything on disk, the current file cut to size."""
+    def _stop_syncing(self):
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
@@ -368,11 +378,16 @@ class Binlog:
             self.loop.remove_reader(self._syncer.fileno())
             self._syncer.stop()
             self._syncer = None
+
+    def close(self):
+        """Clean shutdown: everything on disk, the current file cut to size."""
+        self._stop_syncing()
         if self._filler is not None:
             self._filler.stop()
             self._filler = None
         if self.fd >= 0:
-            self._write(*self.core.take_wal())
+            if not self.mirror:     # replication.py takes the records, and publishes them first
+                self._write(*self.core.take_wal())
             try:
                 os.ftruncate(self.fd, self.used)
                 if self.fsync:
@@ -382,7 +397,7 @@ class Binlog:
                              error=e.strerror)
                 self.core.set_failed(self._written_seq)
             else:
-                self.core.set_durable(self._written_seq)
+                self.durable(self._written_seq)
             os.close(self.fd)
             self.fd = -1
         if self._lock_fd >= 0:
@@ -404,6 +419,70 @@ class Binlog:
         event(logging.WARNING, "binlog-recovered",
               "binlog.%(file)d: %(what)s succeed again (%(errors)d errors so far)",
               file=self.seq, what="writes and fsyncs" if self.fsync else "writes", errors=self.errors)
+
+    # -- replication (replication.py drives the files) ---------------------------
+
+    def mirror_open(self, stream):
+        """With --replicate the directory mirrors the stream: binlog.N holds the
+        records of the stream's part N, as this node applied or published them.
+        The stream is the truth, so the files of an earlier run go; a directory
+        with files of anything else is refused rather than emptied."""
+        self.lock()
+        self.mirror = True
+        mark = os.path.join(self.dir, MIRROR_MARK)
+        try:
+            with open(mark) as f:
+                owner = f.read().strip()
+        except FileNotFoundError:
+            owner = None
+        if self.existing() and owner != stream:
+            raise BinlogError("%s holds a binlog that is not a mirror of stream %s; "
+                              "--replicate starts from the stream: give it an empty directory"
+                              % (self.dir, stream))
+        with open(mark, "w") as f:
+            f.write(stream + "\n")
+        self.mirror_reset()
+
+    def mirror_reset(self):
+        """The node rebuilds its queue from the stream: so does the directory."""
+        self._stop_syncing()        # a sync in flight covered the old queue's records
+        self._written_seq = self._synced_seq = self._asked_seq = 0
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        for seq in self.existing():
+            try:
+                os.unlink(self.path(seq))
+            except OSError as e:
+                raise BinlogError("cannot remove binlog.%d: %s" % (seq, e.strerror)) from None
+        self.sizes.clear()
+        self.closed_bytes = 0
+        self.seq = 0
+
+    def mirror_part(self, seq, cap, head):
+        """Part `seq` of the stream starts: binlog.<seq>, with `head` in it."""
+        cap = max(cap, BLOCK)
+        if not self._create(seq, cap, HEADER + head):
+            self.core.set_failed(self._written_seq)
+
+    def mirror_write(self, data):
+        """A standby's records, as it applies them (synced when the file ends)."""
+        if self.fd >= 0:
+            self._put(data)
+
+    def remove(self, seqs):
+        """Parts of the stream no live job needs: their files go too."""
+        for seq in seqs:
+            self.closed_bytes -= self.sizes.pop(seq, 0)
+            try:
+                os.unlink(self.path(seq))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                event(logging.ERROR, "binlog-remove-failed", "cannot remove binlog.%(file)d: "
+                      "%(error)s", file=seq, error=e.strerror)
+
+    # -- stats ------------------------------------------------------------------
 
     @property
     def files(self):

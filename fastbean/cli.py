@@ -4,6 +4,7 @@ Only light modules are imported here: the listening socket is bound before
 asyncio, uvloop and the engine are loaded, so clients can connect (into the
 kernel's backlog) while the rest of the server starts.
 """
+import importlib.util
 import logging
 import os
 import signal
@@ -49,11 +50,24 @@ fastbean's own options:
  --log-format FMT        text or json (one object per line) (default: text)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
+
+High availability (on NATS JetStream; see the README):
+ --replicate URLS        replicate every change to a JetStream stream on these NATS
+                         servers (comma-separated nats:// URLs); the node is a standby
+                         until it holds the lease
+ --replicate-stream NAME the stream's name, shared by the nodes of one queue
+                         (default: fastbean; the lease bucket is NAME-lease)
+ --node-name NAME        this node's name in the lease and the log (default: host:port)
+ --lease-ttl SECONDS     how long the primary's lease lasts unrenewed (default: 10)
+ --replicate-timeout SECONDS
+                         how long a change waits for a quorum before the server
+                         refuses changes (default: 15)
 """
 
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
-                "log-format")
+                "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
+                "replicate-timeout")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -117,6 +131,36 @@ def _metrics_address(value):
     return host, int(port)
 
 
+def _seconds(text, what):
+    try:
+        value = float(text)
+    except ValueError:
+        raise Usage("invalid %s: %s" % (what, text)) from None
+    if not 0 < value < 86400:
+        raise Usage("%s: between 0 and 86400 seconds" % what)
+    return value
+
+
+def _nats_urls(text):
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    if not urls:
+        raise Usage("--replicate: no NATS server URL")
+    for url in urls:
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            scheme, rest = "nats", url
+        if scheme not in ("nats", "tls") or not rest:
+            raise Usage("--replicate: not a nats:// URL: %s" % url)
+    return urls
+
+
+def _name(text, what):
+    # it goes into NATS subjects and bucket names
+    if not text or not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
+        raise Usage("%s: letters, digits, - and _ only: %s" % (what, text))
+    return text
+
+
 def parse_args(argv, warn=log.warning):
     """argv (without the program name) -> Config. Raises ConfigError/Usage;
     returns None when the job is done (-h, -v). Warnings go to warn(text)."""
@@ -157,6 +201,16 @@ def parse_args(argv, warn=log.warning):
                 if value not in logs.FORMATS:
                     raise Usage("--log-format: text or json, not %s" % value)
                 opts["log_format"] = value
+            elif name == "replicate":
+                opts["replicate"] = _nats_urls(value)
+            elif name == "replicate-stream":
+                opts["replicate_stream"] = _name(value, "--replicate-stream")
+            elif name == "node-name":
+                opts["node_name"] = _name(value, "--node-name")
+            elif name == "lease-ttl":
+                opts["lease_ttl"] = _seconds(value, "--lease-ttl")
+            elif name == "replicate-timeout":
+                opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
             else:
                 opts["max_connections"] = _size(value, "--max-connections")
             continue
@@ -211,6 +265,8 @@ def parse_args(argv, warn=log.warning):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
+    if opts.get("replicate") and importlib.util.find_spec("nats") is None:
+        raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
 
 

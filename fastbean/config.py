@@ -26,6 +26,12 @@ TESTING_HOST = "127.0.0.1"
 TESTING_START_TIMEOUT = 10.0           # seconds for a new server to answer
 TESTING_STOP_TIMEOUT = 10.0            # seconds between SIGTERM and SIGKILL
 TESTING_BIND_TRIES = 5                 # free ports tried when another process takes one first
+# Replication (replication.py). The lease must outlive a JetStream leader
+# election (4-7 s with nats-server 2.9), or a standby takes over because of one.
+DEFAULT_STREAM = "fastbean"
+DEFAULT_LEASE_TTL = 10.0               # seconds the primary's lease lasts unrenewed
+DEFAULT_REPLICATE_TIMEOUT = 15.0       # seconds a change waits for a quorum before it is refused
+STREAM_REPLICAS = 3
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -51,6 +57,11 @@ class Config:
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
+    replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
+    replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
+    node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
+    lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
+    replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds
 
 # fastbean-ctl (ctl.py, ctltop.py, client.py): the admin tool's defaults
 CTL_ADDR = "127.0.0.1"                 # -l when not given; the port is DEFAULT_PORT

@@ -23,3 +23,7 @@ class BinlogLockedError(BinlogError):
 
 class ServerStartError(FastbeanError):
     """fastbean.testing could not start a server; the message holds its stderr."""
+
+
+class ReplicationError(FastbeanError):
+    """Replication cannot run with this configuration or these NATS servers."""

@@ -107,3 +107,10 @@ class TracingConnProtocol(ConnProtocol):
             writelines(chunks)
 
         return traced_write, traced_writelines
+
+
+class Refused(asyncio.Protocol):
+    """A connection to a standby: closed as soon as it is accepted."""
+
+    def connection_made(self, transport):
+        transport.close()

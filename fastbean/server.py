@@ -1,5 +1,6 @@
 """Server: the event loop, listeners, the engine, its one timer, signals,
-readiness, and what it tells systemd and the log."""
+readiness, the role (primary or standby) replication gives it, and what it
+tells systemd and the log."""
 import asyncio
 import functools
 import logging
@@ -15,7 +16,8 @@ from fastbean.config import HANDLED_SIGNALS, STATUS_INTERVAL
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import event
 from fastbean.metrics import Endpoint
-from fastbean.protocol import ConnProtocol, TracingConnProtocol
+from fastbean.protocol import ConnProtocol, Refused, TracingConnProtocol
+from fastbean.replication import Replicator
 from fastbean.systemd import Notifier
 
 SHUTDOWN_GRACE = 5.0      # seconds to finish writing to clients on SIGTERM/SIGINT
@@ -41,6 +43,34 @@ class Server:
         self.config = config
         self.loop = loop
         self.verbosity = config.verbosity
+        self._timer = None
+        self.replicator = None
+        self._new_core()
+        self.binlog = None
+        if config.binlog_dir is not None:
+            self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
+                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
+        if config.replicate:
+            self.replicator = Replicator(self, config)
+            self.core.ext_stats = self.replicator.stats
+        # A replicated node serves clients only while it is the primary.
+        self.serving = self.replicator is None
+        self.connections = set()
+        self.listeners = []
+        self.notifier = notifier if notifier is not None else Notifier()
+        self.endpoint = None        # the HTTP endpoint, with --metrics
+        self.phase = "starting"     # then "replaying", "serving", "stopping"
+        self.refused = 0            # connections refused at --max-connections
+        self._stopping = None
+        self._stopped = None        # set when a shutdown has finished
+        self._exit_status = 0
+        self._conn_cap_hit = False
+        self._mem_cap_hit = False
+        self._mem_refused_seen = 0
+        self._periodic = []         # timer handles of _check and _watchdog
+
+    def _new_core(self):
+        config = self.config
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
@@ -49,30 +79,43 @@ class Server:
             arm=self._arm,
         )
         # Ends each loop turn that read something (fair turns: Core.run_turn).
-        self.core.turn_soon = functools.partial(loop.call_soon, self.core.run_turn)
-        self.binlog = None
-        if config.binlog_dir is not None:
-            self.binlog = Binlog(self.core, loop, config.binlog_dir, config.binlog_size,
-                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
+        self.core.turn_soon = functools.partial(self.loop.call_soon, self.core.run_turn)
+        if self.replicator is not None:
+            self.core.ext_stats = self.replicator.stats
         self.busy_poll = None
         if config.busy_poll_us:
-            self.busy_poll = BusyPoll(loop, self.core, config.busy_poll_us)
+            self.busy_poll = BusyPoll(self.loop, self.core, config.busy_poll_us)
         if config.testing:
             self.core.testing = True
             self.core.drop_others = self._drop_others
-        self.connections = set()
-        self.listeners = []
-        self.notifier = notifier if notifier is not None else Notifier()
-        self.endpoint = None        # the HTTP endpoint, with --metrics
-        self.phase = "starting"     # then "replaying", "serving", "stopping"
-        self.refused = 0            # connections refused at --max-connections
-        self._timer = None
-        self._stopping = None
-        self._stopped = None        # set when a shutdown has finished
-        self._conn_cap_hit = False
-        self._mem_cap_hit = False
-        self._mem_refused_seen = 0
-        self._periodic = []         # timer handles of _check and _watchdog
+
+    # -- replication -------------------------------------------------------------
+
+    def set_serving(self, on):
+        """Take clients (primary) or not (standby): a standby accepts a connection
+        and closes it at once, so no client mistakes it for the primary. Going
+        standby closes every client connection; the replies waiting on records
+        never go."""
+        self.serving = on
+        if not on:
+            self.core.set_failed(1 << 63)
+            for proto in list(self.connections):
+                proto.close()
+        self.notifier.status(self._status())
+
+    def reset_core(self):
+        """A standby rebuilds its queue from the stream: start from an empty engine."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._new_core()
+        if self.binlog is not None:
+            self.binlog.core = self.core
+
+    def fatal(self, message):
+        event(logging.ERROR, "fatal", "%(error)s", error=message)
+        self._exit_status = 1
+        self.stop()
 
     # -- connections ---------------------------------------------------------
 
@@ -123,11 +166,14 @@ class Server:
     # -- lifecycle -------------------------------------------------------------
 
     def readiness(self):
-        """(ready, why): what /readyz answers."""
+        """(ready, why): what /readyz answers, and what a load balancer's check
+        should see. A replicated node is ready only while it is the primary."""
         if self.phase == "replaying":
             return False, "replaying the binlog"
         if self.phase != "serving":
             return False, self.phase
+        if not self.serving:
+            return False, "standby"
         if self.core.draining:
             return False, "draining"
         if self.binlog is not None and self.binlog.failing:
@@ -142,14 +188,16 @@ class Server:
             await self.endpoint.start(metrics_sock)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
-        if self.binlog is not None:
+        if self.replicator is not None:
+            self.replicator.start()         # with -b, the directory mirrors the stream
+        elif self.binlog is not None:
             self.phase = "replaying"
             for done, total in self.binlog.opening():
                 self.notifier.status("replaying the binlog: %d of %d files" % (done, total))
                 self.notifier.extend_start(60)
                 await asyncio.sleep(0)
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
-        factory = lambda: cls(self)
+        factory = lambda: cls(self) if self.serving else Refused()
         for sock in socks:
             if sock.family == socket.AF_UNIX:
                 srv = await self.loop.create_unix_server(factory, sock=sock, backlog=1024)
@@ -181,7 +229,7 @@ class Server:
         # can connect (and signal) before the loop runs. With the handlers in
         # place, whatever came meanwhile is delivered now instead of lost.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
-        await self._stopped
+        return await self._stopped
 
     def _every(self, seconds, fn):
         slot = len(self._periodic)
@@ -244,6 +292,9 @@ class Server:
             handle.cancel()
         for srv in self.listeners:
             srv.close()
+        if self.replicator is not None:
+            # the replies still waiting on the stream go out before the connections close
+            await self.replicator.finish(SHUTDOWN_GRACE)
         for proto in list(self.connections):
             proto.close()
         if self.connections:
@@ -256,7 +307,7 @@ class Server:
             self.endpoint.close()
         if self.binlog is not None:
             self.binlog.close()
-        self._stopped.set_result(None)
+        self._stopped.set_result(self._exit_status)
 
 
 def run(config, listeners, metrics_sock=None):
@@ -269,7 +320,7 @@ def run(config, listeners, metrics_sock=None):
     server = Server(config, loop)
     status = 0
     try:
-        loop.run_until_complete(server.serve(listeners, metrics_sock))
+        status = loop.run_until_complete(server.serve(listeners, metrics_sock))
     except BinlogLockedError as e:
         event(logging.ERROR, "binlog-locked", "%(error)s", error=str(e))
         status = 10
