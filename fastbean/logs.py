@@ -16,12 +16,13 @@ TEXT_PREFIX = "fastbean: "
 log = logging.getLogger("fastbean")
 
 
-def event(level, name, text, **fields):
-    """Log event `name`; `text` may refer to the fields as %(field)s."""
+def event(level, name, text, exc_info=None, **fields):
+    """Log event `name`; `text` may refer to the fields as %(field)s; exc_info
+    as in logging (True: the exception being handled, with its traceback)."""
     if fields:
-        log.log(level, text, fields, extra={"event": name})
+        log.log(level, text, fields, extra={"event": name}, exc_info=exc_info)
     else:
-        log.log(level, text, extra={"event": name})
+        log.log(level, text, extra={"event": name}, exc_info=exc_info)
 
 
 def level_for(verbosity):

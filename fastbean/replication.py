@@ -27,8 +27,7 @@ import uuid
 from fastbean.binlog import BLOCK, HEADER, MIGRATE_BATCH, marker
 from fastbean.config import STREAM_REPLICAS
 from fastbean.errors import ReplicationError
-
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
 
 PART = "Fb-Part"             # header: the part a message belongs to
 LEASE_KEY = "primary"
@@ -139,7 +138,8 @@ class Replicator:
             try:           # the standbys need not wait for the lease to expire
                 await asyncio.wait_for(self.kv.delete(LEASE_KEY, last=self.lease_rev), 2.0)
             except Exception as e:
-                log.warning("replication: could not release the lease: %s", _why(e))
+                event(logging.WARNING, "lease-release-failed",
+                      "replication: could not release the lease: %(error)s", error=_why(e))
         if self.nc is not None:
             try:
                 await asyncio.wait_for(self.nc.close(), 2.0)
@@ -158,7 +158,7 @@ class Replicator:
         except ReplicationError as e:
             self.server.fatal(str(e))
         except Exception:
-            log.exception("replication stopped")
+            event(logging.ERROR, "replication-crashed", "replication stopped", exc_info=True)
             self.server.fatal("replication failed")
 
     async def _connect(self):
@@ -167,14 +167,17 @@ class Replicator:
         from nats.js.errors import BucketNotFoundError, NotFoundError
 
         async def on_error(e):
-            log.info("replication: NATS: %s", _why(e))
+            event(logging.INFO, "nats-error", "replication: NATS: %(error)s", error=_why(e))
 
         async def on_disconnect():
             if self._task is not None:
-                log.warning("replication: disconnected from NATS; reconnecting")
+                event(logging.WARNING, "nats-disconnected",
+                      "replication: disconnected from NATS; reconnecting")
 
         async def on_reconnect():
-            log.warning("replication: connected to NATS at %s", self.nc.connected_url.netloc)
+            event(logging.WARNING, "nats-reconnected",
+                  "replication: connected to NATS at %(server)s",
+                  server=self.nc.connected_url.netloc)
 
         while True:
             try:
@@ -184,8 +187,9 @@ class Replicator:
                     error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect)
                 break
             except Exception as e:
-                log.warning("replication: cannot reach NATS at %s: %s; retrying",
-                            ",".join(self.urls), _why(e))
+                event(logging.WARNING, "nats-unreachable",
+                      "replication: cannot reach NATS at %(servers)s: "
+                      "%(error)s; retrying", servers=",".join(self.urls), error=_why(e))
                 await asyncio.sleep(1.0)
         # headers count against max_payload too
         self.max_payload = self.nc.max_payload - HEADROOM
@@ -209,14 +213,20 @@ class Replicator:
                         storage=StorageType.FILE))
                 ttl = (await self.kv.status()).ttl
                 if ttl and abs(ttl - self.ttl) > 0.001:
-                    log.warning("replication: the lease bucket %s has a TTL of %.1f s, not %.1f s; "
-                                "the bucket's applies", self.bucket, ttl, self.ttl)
+                    event(logging.WARNING, "lease-ttl-differs",
+                          "replication: the lease bucket %(bucket)s "
+                          "has a TTL of %(ttl).1f s, not %(asked).1f s; the bucket's applies",
+                          bucket=self.bucket, ttl=ttl, asked=self.ttl)
                     self.ttl = ttl
                 break
             except Exception as e:
-                log.warning("replication: JetStream not ready (%s); retrying", _why(e))
+                event(logging.WARNING, "jetstream-not-ready",
+                      "replication: JetStream not ready (%(error)s); "
+                      "retrying", error=_why(e))
                 await asyncio.sleep(1.0)
-        log.warning("replication: node %s on stream %s, as a standby", self.name, self.stream)
+        event(logging.WARNING, "standby",
+              "replication: node %(node)s on stream %(stream)s, as a standby",
+              node=self.name, stream=self.stream)
 
     # -- standby ----------------------------------------------------------------
 
@@ -240,8 +250,10 @@ class Replicator:
                         self.applied = state.last_seq      # nothing left to apply
                     if self.applied < state.last_seq:
                         if time.monotonic() - self.progress > STUCK:
-                            log.warning("replication: follower stuck at %d of %d; resubscribing",
-                                        self.applied, state.last_seq)
+                            event(logging.WARNING, "follower-stuck",
+                                  "replication: follower stuck at "
+                                  "%(applied)d of %(last)d; resubscribing",
+                                  applied=self.applied, last=state.last_seq)
                             sub = await _unsubscribe(sub)
                         continue
                     self.progress = time.monotonic()
@@ -249,7 +261,8 @@ class Replicator:
                         entry = await self.kv.get(LEASE_KEY)
                     except NotFoundError:
                         self.lease_rev = await self.kv.create(LEASE_KEY, self.lease_value)
-                        log.warning("replication: %s holds the lease", self.name)
+                        event(logging.WARNING, "lease-taken",
+                              "replication: %(node)s holds the lease", node=self.name)
                     else:
                         if entry.value != self.lease_value:
                             continue
@@ -262,7 +275,8 @@ class Replicator:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
-                    log.info("replication: standby: %s", _why(e))
+                    event(logging.INFO, "standby-error",
+                          "replication: standby: %(error)s", error=_why(e))
         finally:
             await _unsubscribe(sub)
 
@@ -281,7 +295,9 @@ class Replicator:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.info("replication: cannot follow the stream yet: %s", _why(e))
+            event(logging.INFO, "follow-failed",
+                  "replication: cannot follow the stream yet: %(error)s",
+                  error=_why(e))
             return None
 
     async def _on_message(self, msg):
@@ -301,8 +317,9 @@ class Replicator:
         core = self.server.core
         if part != self.part:
             if part < self.part:
-                log.error("replication: message %d goes back to part %d from %d",
-                          seq, part, self.part)
+                event(logging.ERROR, "stream-part-back",
+                      "replication: message %(seq)d goes back to "
+                      "part %(part)d from %(current)d", seq=seq, part=part, current=self.part)
                 self.resync = True
                 return
             # parts are numbered on; one without messages was empty
@@ -316,8 +333,10 @@ class Replicator:
             self.binlog.mirror_write(data)
         count, end, reason = core.replay(HEADER + data, part)
         if reason is not None:
-            log.error("replication: message %d: %s: %d bytes after record %d not applied",
-                      seq, reason, len(data) + len(HEADER) - end, count)
+            event(logging.ERROR, "stream-records-dropped",
+                  "replication: message %(seq)d: %(reason)s: "
+                  "%(bytes)d bytes after record %(records)d not applied", seq=seq, reason=reason,
+                  bytes=len(data) + len(HEADER) - end, records=count)
         self.part_bytes[part] += len(data)
         self.applied = seq
         self.progress = time.monotonic()
@@ -351,7 +370,9 @@ class Replicator:
             self.server.core.set_durable(seq)
 
     def _reset(self, why):
-        log.warning("replication: %s: rebuilding the queue from the stream", why)
+        event(logging.WARNING, "resync",
+              "replication: %(why)s: rebuilding the queue from the stream",
+              why=why)
         self.resyncs += 1
         self.server.reset_core()
         if self.binlog is not None:
@@ -373,7 +394,8 @@ class Replicator:
         try:
             ack = await self._publish(part, head, give_up=True)
         except Deposed:
-            log.warning("replication: another node appended first; following on")
+            event(logging.WARNING, "takeover-lost",
+                  "replication: another node appended first; following on")
             return False
         if ack is None:
             return False
@@ -389,8 +411,10 @@ class Replicator:
         self._mirror_part(part, cap, head)
         core.commit_eager = True
         self.takeovers += 1
-        log.warning("replication: %s is the primary: %d jobs, stream at %d (placing the jobs took "
-                    "%.3f s)", self.name, jobs, self.applied, finish)
+        event(logging.WARNING, "primary",
+              "replication: %(node)s is the primary: %(jobs)d jobs, stream "
+              "at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
+              seq=self.applied, seconds=finish)
         return True
 
     def _head(self):
@@ -425,14 +449,17 @@ class Replicator:
                                                       last=self.lease_rev)
                 renewed = sent
             except (KeyWrongLastSequenceError, NotFoundError):
-                log.error("replication: %s lost the lease", self.name)
+                event(logging.ERROR, "lease-lost",
+                      "replication: %(node)s lost the lease", node=self.name)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("replication: renewing the lease failed (renewed %.1f s ago): %s",
-                            sent - renewed, _why(e))
-        log.error("replication: another node appended to the stream: %s steps down", self.name)
+                event(logging.WARNING, "lease-renew-failed",
+                      "replication: renewing the lease failed "
+                      "(renewed %(ago).1f s ago): %(error)s", ago=sent - renewed, error=_why(e))
+        event(logging.ERROR, "fenced", "replication: another node appended to the stream: %(node)s "
+              "steps down", node=self.name)
 
     def _step_down(self):
         self.role = "standby"
@@ -546,7 +573,9 @@ class Replicator:
                 waited = time.monotonic() - t0
                 self.retries += 1
                 if self.retries % 20 == 1:
-                    log.warning("replication: publish waiting %.1f s: %s", waited, _why(e))
+                    event(logging.WARNING, "publish-waiting",
+                          "replication: publish waiting %(seconds).1f s: "
+                          "%(error)s", seconds=waited, error=_why(e))
                 if waited > self.timeout:
                     if give_up:
                         return None
@@ -555,8 +584,9 @@ class Replicator:
                 await asyncio.sleep(RETRY_PAUSE)
         if self.stalled:
             self.stalled = False
-            log.warning("replication: the stream takes records again after %.1f s",
-                        time.monotonic() - t0)
+            event(logging.WARNING, "quorum-back",
+                  "replication: the stream takes records again after "
+                  "%(seconds).1f s", seconds=time.monotonic() - t0)
         self.published += 1
         return ack
 
@@ -564,8 +594,10 @@ class Replicator:
         # No quorum for longer than the timeout: the replies waiting go (their
         # connections close, as on a failed binlog fsync), changes are refused
         # (a part without room: put answers OUT_OF_MEMORY), reads go on.
-        log.error("replication: no quorum for %.1f s: closing the connections waiting on "
-                  "changes and refusing changes until the stream takes records again", waited)
+        event(logging.ERROR, "quorum-lost",
+              "replication: no quorum for %(seconds).1f s: closing the "
+              "connections waiting on changes and refusing changes until the stream takes "
+              "records again", seconds=waited)
         self.stalled = True
         core = self.server.core
         self._take()
@@ -607,7 +639,8 @@ class Replicator:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("replication: purging the stream below %d: %s", keep, _why(e))
+            event(logging.WARNING, "purge-failed", "replication: purging the stream below %(seq)d: "
+                  "%(error)s", seq=keep, error=_why(e))
         finally:
             self._purging = None
 
