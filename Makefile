@@ -3,7 +3,10 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test lint fuzz debug asan bench
+.PHONY: build test lint fuzz debug asan bench peers wheels ha-soak
+# Every Python pyenv or PATH has; tools/wheels.py keeps the versions pyproject lists.
+PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
+           $(foreach v,9 10 11 12 13,$(shell command -v python3.$(v)))
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
@@ -23,8 +26,12 @@ lint:
 fuzz: build
 	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
 
+# High availability: the primary killed 50 times under load (CI kills it 3 times).
+ha-soak: build
+	FASTBEAN_HA_KILLS=50 $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
+
 # The debug build (invariant checks after every command, sampled once the job table
-# is large; -O0) and the test suite,
+# is large; -O0) and the test suite but the wheel build (tests/test_wheel.py),
 # in a copy of the tree so the normal build is left alone.
 debug:
 	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"
@@ -39,15 +46,28 @@ asan:
 
 _variant:
 	rm -rf $(DIR) && mkdir -p $(DIR)
-	cp -r fastbean tests setup.py pyproject.toml README.md $(DIR)/
+	cp -r fastbean tests tools setup.py pyproject.toml README.md $(DIR)/
 	find $(DIR)/fastbean -name "*.so" -o -name "*.c" | xargs rm -f
 	cd $(DIR) && env $(ENVV) $(PY) setup.py build_ext --inplace -q
-	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider
+	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider -m "not wheel"
+
+# The sdist, then from it a manylinux wheel for each supported Python found,
+# each checked in a fresh virtualenv (tools/wheelcheck.py); all into dist/.
+wheels:
+	$(PY) tools/wheels.py --out dist $(PYTHONS)
 
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare
 	$(PY) -m benchmarks.ceiling
+	$(PY) -m benchmarks.durability
 	$(PY) -m benchmarks.memory
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
+	$(PY) -m benchmarks.scrape
+	$(PY) -m benchmarks.ha
+	$(PY) -m benchmarks.failover
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
+
+peers: build          ## the peer corpus beside the checkout, against the real beanstalkd
+	$(PY) ../shared/conformance/peers.py --no-doctest \
+	    --server-cmd '$(PY) -m fastbean -l 127.0.0.1 -p {port}'

@@ -1,11 +1,14 @@
 """What every benchmark needs beyond the servers themselves (tests/servers.py
 starts those, the same way for tests and benchmarks): the compiled load
-generator and the other C tools, and a few facts about the machine."""
+generator and the other C tools, a few facts about the machine, and where
+results are written."""
+import datetime
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 from tests.servers import BEANSTALKD, Client
 
@@ -74,3 +77,14 @@ def machine():
     return {"cpus": os.cpu_count(), "cpu_model": model, "python": sys.version.split()[0],
             "beanstalkd": subprocess.run([BEANSTALKD, "-v"], capture_output=True,
                                          text=True).stdout.strip()}
+
+
+def write_results(path, started, **fields):
+    """Save a run's results as JSON: when it started (a time.time()), how long it took,
+    the machine, then `fields`; say where."""
+    doc = {"started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+           "wall_s": round(time.time() - started, 1), "machine": machine(), **fields}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print("\nwrote %s" % path)

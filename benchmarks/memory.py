@@ -12,13 +12,11 @@ beanstalkd's, and fastbean's drained RSS at most 1.2 x empty + 10 MB
 figures to benchmarks/results/memory.json.
 """
 import argparse
-import datetime
-import json
 import os
 import sys
 import time
 
-from benchmarks.harness import build_loadgen, loadgen, machine, stats
+from benchmarks.harness import build_loadgen, loadgen, stats, write_results
 from tests.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -60,7 +58,6 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(RESULTS, "memory.json"))
     args = ap.parse_args(argv)
     build_loadgen()
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
 
     started = time.time()
     res = {}
@@ -91,12 +88,7 @@ def main(argv=None):
         print("  %-4s %-52s %7.2f  (%s)" % ("ok" if t["met"] else "MISS", t["what"], t["value"],
                                             t["goal"]))
 
-    doc = {"started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-           "jobs": args.jobs, "body": args.body, "machine": machine(), "results": res,
-           "targets": targets}
-    with open(args.json, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    print("\nwrote %s" % args.json)
+    write_results(args.json, started, jobs=args.jobs, body=args.body, results=res, targets=targets)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,6 @@ would trickle due at a rate any server keeps up with.
 The table goes to the terminal, everything measured to benchmarks/results/storms.json.
 """
 import argparse
-import datetime
-import json
 import math
 import os
 import re
@@ -46,7 +44,7 @@ import socket
 import sys
 import time
 
-from benchmarks.harness import build_loadgen, finish, loadgen, machine
+from benchmarks.harness import build_loadgen, finish, loadgen, write_results
 from tests.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -425,7 +423,6 @@ def main(argv=None):
     if "many-tubes" in names and nofile < SIZES["many-tubes"] * args.scale + 100:
         sys.exit("RLIMIT_NOFILE hard limit %d is too low for many-tubes at this scale" % nofile)
     build_loadgen()
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
 
     started = time.time()
     results = {}
@@ -450,12 +447,7 @@ def main(argv=None):
     print("scale %g; latencies of a probe roundtrip every %d us; b = beanstalkd, f = fastbean"
           % (args.scale, args.interval_us))
     print(table(results))
-    doc = {"started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-           "wall_s": round(time.time() - started, 1), "scale": args.scale, "args": vars(args),
-           "machine": machine(), "results": results}
-    with open(args.json, "w") as f:
-        json.dump(doc, f, indent=1)
-    print("\nwrote %s" % args.json)
+    write_results(args.json, started, scale=args.scale, args=vars(args), results=results)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,15 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
+#ifndef __GLIBC__
+/* musl (musllinux wheels) has no malloc tuning calls: the padding and
+ * trimming this file and the engine ask glibc for do nothing there. */
+#define M_TOP_PAD (-2)
+#define M_MMAP_THRESHOLD (-3)
+static inline int mallopt(int param, int value) { (void)param; (void)value; return 0; }
+static inline int malloc_trim(size_t pad) { (void)pad; return 0; }
+#endif
+
 #define FB_ARENA_POOL 8
 
 typedef struct {

@@ -110,6 +110,9 @@ cdef int core_check(Core core) except -1:
     for k in range(core.ttr_heap.len):
         j = <Job *>core.ttr_heap.items[k]
         assert j.state == JOB_RESERVED and j.heap_index == k and j.owner != NULL
+        c = <Conn>j.owner
+        assert (j.link[LINK_STATE].prev == NULL) == (j == c.reserved.head), "reserved list head"
+        assert (j.link[LINK_STATE].next == NULL) == (j == c.reserved.tail), "reserved list tail"
         reserved += 1
     assert ready == core.ready_ct and urgent == core.urgent_ct
     assert delayed == core.delayed_ct and buried == core.buried_ct

@@ -32,6 +32,7 @@ cdef int cmd_put(Core core, Conn c, Cmd *cmd) except -1:
     _count_producer(core, c)
     cost = <Py_ssize_t>cmd.nbytes + 2 + JOB_OVERHEAD
     if core.max_memory and core.mem_used + cost > core.max_memory:
+        core.mem_refused += 1
         c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
         return 0
     try:
@@ -97,6 +98,7 @@ cdef int cmd_reserve(Core core, Conn c, Cmd *cmd) except -1:
             if deadline_soon(c, now):
                 return out_text(c, MSG_DEADLINE_SOON)
             return out_text(c, MSG_TIMED_OUT)
+        lat_blocked(c)
         conn_retime(core, c, now)
     return 0
 
@@ -111,11 +113,8 @@ cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
     return out_job(c, MSG_RESERVED, j)
 
 
-cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
-    cdef Job *j = job_find(core, cmd.id)
-    if j == NULL or j.state == JOB_INVALID or (
-            j.state == JOB_RESERVED and j.owner != <PyObject *>c):
-        return out_text(c, MSG_NOT_FOUND)
+cdef int job_delete(Core core, Job *j) except -1:
+    # delete, and fastbean-reset (_testing.pxi)
     job_unlink(core, j)
     j.tube.cmd_delete += 1
     if core.wal_on and j.wal_file:
@@ -124,6 +123,15 @@ cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
         core.wal_resv -= WAL_SHORT
         wal_disown(core, j)
     job_free(core, j)
+    return 0
+
+
+cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
+    cdef Job *j = job_find(core, cmd.id)
+    if j == NULL or j.state == JOB_INVALID or (
+            j.state == JOB_RESERVED and j.owner != <PyObject *>c):
+        return out_text(c, MSG_NOT_FOUND)
+    job_delete(core, j)
     return out_text(c, MSG_DELETED)
 
 
@@ -292,6 +300,7 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
     cdef int op = cmd.op
     if op <= OP_PAUSE_TUBE:
         core.cmd_ct[op] += 1
+    lat_run(c, op)
     if op == OP_PUT:
         return cmd_put(core, c, cmd)
     elif op == OP_PUT_BODY:
@@ -341,6 +350,8 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return 0
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
+    elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:
+        return test_command(core, c, cmd)
     elif op == OP_BAD_FORMAT:
         return out_text(c, MSG_BAD_FORMAT)
     return out_text(c, MSG_UNKNOWN_COMMAND)

@@ -101,6 +101,7 @@ cdef int flush(Conn c) except -1:
     cdef Core core = c.core
     if c.lost:
         _out_drop(c)
+        lat_lost(c)
         return 0
     if c.held:
         if core.wal_seq > core.durable_seq:
@@ -111,6 +112,8 @@ cdef int flush(Conn c) except -1:
         c.held = True
         core.held.append(c)
         return 0
+    if c.lat_npend and (c.chunks or c.olen):
+        lat_written(core, c)
     if c.chunks:
         if c.olen:
             c.chunks.append(PyBytes_FromStringAndSize(c.obuf, c.olen))
@@ -313,7 +316,7 @@ cdef int conn_retime(Core core, Conn c, int64_t now) except -1:
 cdef int conn_release(Core core, Conn c) except -1:
     # The connection is gone (quit, hung up, lost): undo everything it holds.
     cdef Job *j
-    cdef Py_ssize_t i
+    cdef Tube *t
     if conn_released(c):
         return 0
     c.state = CONN_CLOSED
@@ -327,13 +330,18 @@ cdef int conn_release(Core core, Conn c) except -1:
     if c.put_cost:
         mem_refund(core, c.put_cost)
         c.put_cost = 0
+    # beanstalkd empties the watch list by removing entry 0 with swap-with-last,
+    # then drops the used tube; tubes that die here leave the tube list (itself
+    # swap-with-last) in that order, which list-tubes shows.
+    while c.nwatch:
+        t = c.watch[0].tube
+        c.nwatch -= 1
+        c.watch[0] = c.watch[c.nwatch]
+        t.watching_ct -= 1
+        tube_decref(core, t)
     c.use.using_ct -= 1
     tube_decref(core, c.use)
     c.use = NULL
-    for i in range(c.nwatch):
-        c.watch[i].tube.watching_ct -= 1
-        tube_decref(core, c.watch[i].tube)
-    c.nwatch = 0
     if c.producer:
         core.producer_ct -= 1
     if c.worker:

@@ -15,6 +15,8 @@
 #   _run.pxi     running a connection's buffered commands; the end of each piece of work
 #   _turn.pxi    fair turns: which connection runs a read now, which at the end of the loop turn
 #   _stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
+#   _metrics.pxi reply latency per command family, and tube rows for the metrics endpoint
+#   _testing.pxi the test-only commands (fastbean-reset, fastbean-clock-advance)
 #   _wal.pxi     binlog records: beanstalkd's format version 7, encoding and replay parsing
 #   _walg.pxi    binlog space, files, migration, replayed jobs, replies held until durable
 #   _check.pxi   the invariants debug builds check after every command
@@ -34,6 +36,22 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from cpython.object cimport PyObject
 
 from fastbean._parser cimport Parser
+
+
+# Reply latency is kept per command family (metrics.py names them; see
+# _metrics.pxi for which command is in which).
+cdef enum:
+    LAT_PUT = 0
+    LAT_RESERVE = 1
+    LAT_DELETE = 2
+    LAT_JOB = 3               # release, bury, touch, kick, kick-job
+    LAT_PEEK = 4
+    LAT_TUBE = 5              # use, watch, ignore, list-tube-used, pause-tube
+    LAT_STATS = 6             # stats*, list-tubes*, fastbean-stats
+    LAT_OTHER = 7             # unknown commands, bad format
+    LAT_FAMILIES = 8
+    LAT_NONE = 8              # not timed: a put line (its body is), quit
+    LAT_BUCKETS = 21          # _hist.h's FB_LATENCY_BOUNDS + the +Inf bucket
 
 
 cdef enum JobState:
@@ -217,11 +235,18 @@ cdef class Core:
     # Limits and modes.
     cdef Py_ssize_t max_job_size
     cdef bint drain_mode                   # SIGUSR1: put answers DRAINING
-    cdef Py_ssize_t max_memory             # bytes of jobs; 0 = no cap
-    cdef Py_ssize_t mem_used               # bytes of jobs held now
+    cdef readonly Py_ssize_t max_memory    # bytes of jobs; 0 = no cap
+    cdef readonly Py_ssize_t mem_used      # bytes of jobs held now
     cdef Py_ssize_t mem_peak               # most job bytes held since the last malloc_trim
     cdef bint trim_due                     # a backlog drained: trim on the next tick
     cdef int batch_limit                   # commands per connection per run
+    cdef readonly uint64_t mem_refused     # puts refused at the memory cap (metrics)
+    cdef readonly bint testing             # --testing: the test-only commands run (_testing.pxi)
+
+    # Metrics (_metrics.pxi): reply latency per family as histogram bucket
+    # counts (not cumulative) and sums.
+    cdef uint64_t lat_hist[LAT_FAMILIES][LAT_BUCKETS]
+    cdef int64_t lat_sum_ns[LAT_FAMILIES]
 
     # Identity for stats.
     cdef int64_t started_mono
@@ -265,11 +290,15 @@ cdef class Core:
     # end_turn_soon(): have end_turn() called once this loop turn's reads
     # are in (server.py, or busypoll.py while it polls)
     cdef object end_turn_soon
-    cdef object ext_stats             # ext_stats() -> bytes: more fastbean-stats lines (busypoll.py)
+    # ext_stats() -> bytes: more fastbean-stats lines (busypoll.py, replication.py)
+    cdef object ext_stats
     cdef object commit_soon           # commit_soon(): records wait; take_wal() them soon (binlog.py)
     # next_file(need, replace) -> (seq, cap, used) or None: a file made
     # now, when the spare is gone or too small (binlog.py)
     cdef object next_file
+    # drop_others(conn) -> the other Conns, their transports closed
+    # (fastbean-reset, --testing only; server.py)
+    cdef object drop_others
 
     # Debug builds (_check.pxi).
     cdef uint64_t debug_cmds          # commands run: the structures are checked as they go
@@ -310,7 +339,9 @@ cdef class Conn:
     cdef Watch *watch
     cdef Py_ssize_t nwatch, capwatch
 
-    cdef JobList reserved             # reserved jobs, most recent first, through LINK_STATE
+    # reserved jobs, oldest reservation first, through LINK_STATE (beanstalkd
+    # releases them in this order when the connection closes)
+    cdef JobList reserved
     cdef Py_ssize_t nreserved
     cdef Job *soonest                 # cached soonest TTR among them, or NULL if unknown
 
@@ -325,6 +356,12 @@ cdef class Conn:
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
+
+    # Reply latency (_metrics.pxi): commands run whose replies are not on
+    # the wire yet, per family, and when the oldest read among them arrived.
+    cdef int64_t read_ns              # mono ns, never moved by a test clock
+    cdef uint32_t lat_pend[LAT_FAMILIES]
+    cdef uint32_t lat_npend
 
     # kick in progress over several loop turns (wait == WAIT_KICK)
     cdef bint kick_buried

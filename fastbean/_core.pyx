@@ -17,6 +17,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from fastbean._parser cimport Parser
 from fastbean._wire cimport (
@@ -24,26 +25,37 @@ from fastbean._wire cimport (
     MSG_BAD_FORMAT, MSG_DRAINING, MSG_OUT_OF_MEMORY, MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND,
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
     MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
-    MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING,
+    MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_RESET, MSG_ADVANCED,
     OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
     OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
     OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
-    OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT,
+    OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT, OP_COUNT, OP_TEST_RESET,
+    OP_TEST_ADVANCE,
     ERR_NONE, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
 )
 
 
-cdef inline int64_t mono_ns() noexcept nogil:
+# How far fastbean-clock-advance has moved the engine's clock (_testing.pxi);
+# always 0 without --testing.
+cdef int64_t clock_offset = 0
+
+
+cdef inline int64_t real_mono_ns() noexcept nogil:
+    # Elapsed time that a test clock must not move (reply latency).
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
+cdef inline int64_t mono_ns() noexcept nogil:
+    return real_mono_ns() + clock_offset
+
+
 cdef inline int64_t wall_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec + clock_offset
 
 
 # Structures first (they call nothing below them), then policy.
@@ -61,6 +73,8 @@ include "_run.pxi"
 include "_turn.pxi"
 include "_stats.pxi"
 include "_walg.pxi"
+include "_metrics.pxi"
+include "_testing.pxi"
 include "_check.pxi"
 
 
@@ -76,14 +90,16 @@ cdef class Core:
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, ext_stats=None, commit_soon=None,
-                 next_file=None):
+                 next_file=None, testing=False, drop_others=None):
         """Limits as the command line sets them, and the hooks (see _core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
         end_turn() called once the loop turn's reads are in; ext_stats()
         returns more fastbean-stats lines; commit_soon() says records wait
         for take_wal(); next_file(need, replace) makes a binlog file at once
-        when the spare is used up. Without hooks (in-process tests) the caller
+        when the spare is used up. testing=True runs the test-only commands
+        (_testing.pxi), whose fastbean-reset calls drop_others(conn) to close
+        every other connection and get their Conns. Without hooks (in-process tests) the caller
         calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
@@ -99,6 +115,8 @@ cdef class Core:
         self.ext_stats = ext_stats
         self.commit_soon = commit_soon
         self.next_file = next_file
+        self.testing = testing
+        self.drop_others = drop_others
         self.started_mono = mono_ns()
         self.instance_id = os.urandom(8).hex().encode()
         u = os.uname()
@@ -194,7 +212,8 @@ cdef class Core:
 
     @property
     def max_id(self):
-        return self.next_id - 1
+        # replay_max_id: a standby's jobs stay in replay until it takes over
+        return max(self.next_id - 1, self.replay_max_id)
 
     def has_job(self, uint64_t id):
         return job_find(self, id) != NULL
@@ -214,6 +233,13 @@ cdef class Core:
         a spare the engine has not used)."""
         enter(self)
         self.spare_seq, self.spare_cap, self.spare_used = seq, cap, used
+
+    def wal_switch(self, int64_t seq, int64_t cap, int64_t used):
+        """binlog.<seq> (a replicated part) is the current file from now on,
+        cap bytes allocated, used written; the records so far stay the
+        current one's segment in take_wal(). (A refusing part: cap 0.)"""
+        enter(self)
+        wal_switch(self, seq, cap, used)
 
     def take_wal(self):
         """What to write next: ([(file number, records as a bytearray), ...],
@@ -258,9 +284,10 @@ cdef class Core:
     def replay(self, data, int64_t seq):
         """Apply the records of binlog.<seq> (its whole contents).
 
-        Returns (records applied, bytes not applied, reason or None). Bytes not
-        applied are a torn or corrupt tail; a zero-filled tail is the unused
-        part of a preallocated file and counts as nothing.
+        Returns (records applied, where they end, reason or None). Bytes past
+        the end are a torn or corrupt tail when there is a reason, else the
+        zero-filled unused part of a preallocated file. A replicated part
+        comes in several calls with the same seq: they add to one file.
         """
         enter(self)
         return wal_replay(self, data, seq)

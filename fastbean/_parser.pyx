@@ -2,7 +2,7 @@
 """Incremental parser of the beanstalk protocol (see _parser.pxd)."""
 
 from libc.string cimport memchr, memcpy, memcmp
-from libc.stdint cimport uint32_t, uint64_t, int32_t, UINT32_MAX, UINT64_MAX
+from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_DECREF
@@ -13,7 +13,7 @@ from fastbean._wire cimport (
     OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE, OP_BURY, OP_KICK,
     OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES, OP_LIST_TUBE_USED,
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
-    OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT,
+    OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
 
@@ -93,6 +93,28 @@ cdef int _c_strtoul(const char *p, const char *end, uint64_t *out, bint *neg) no
         p += 1
     out[0] = v
     return 0
+
+
+cdef bint _read_seconds(const char *p, const char *end, int64_t *ns) noexcept:
+    # "SECONDS[.FRACTION]" to the end of the line: at most 2^32-1 seconds and
+    # nine fraction digits, as nanoseconds.
+    cdef uint64_t whole
+    cdef int64_t frac = 0, scale = 100000000
+    p = _read_uint(p, end, UINT32_MAX, &whole)
+    if p == NULL:
+        return False
+    if p < end and p[0] == c'.':
+        p += 1
+        if p == end:
+            return False
+        while p < end and c'0' <= p[0] <= c'9' and scale:
+            frac += (p[0] - c'0') * scale
+            scale //= 10
+            p += 1
+    if p != end:
+        return False
+    ns[0] = <int64_t>whole * 1000000000 + frac
+    return True
 
 
 cdef inline bint _is(const char *s, Py_ssize_t n, const char *word, Py_ssize_t wn) noexcept:
@@ -249,6 +271,16 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
         # fastbean's own commands; beanstalkd answers UNKNOWN_COMMAND to these.
         if _is(s, n, b"fastbean-stats", 14):
             cmd.op = OP_EXT if n == 14 else OP_BAD_FORMAT
+        # Test-only: a malformed one is still this op, with err set, so that
+        # without --testing it gets UNKNOWN_COMMAND like any unknown line.
+        elif _is(s, n, b"fastbean-reset", 14):
+            cmd.op = OP_TEST_RESET
+            if n != 14:
+                cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"fastbean-clock-advance ", 23):
+            cmd.op = OP_TEST_ADVANCE
+            if not _read_seconds(s + 23, end, &cmd.advance_ns):
+                cmd.err = ERR_BAD_FORMAT
 
 
 cdef inline int _scan(const char *p, Py_ssize_t avail, Py_ssize_t *linelen) noexcept:
@@ -483,7 +515,8 @@ OP_NAMES = {
     OP_LIST_TUBES_WATCHED: "list-tubes-watched", OP_PAUSE_TUBE: "pause-tube",
     OP_RESERVE_JOB: "reserve-job", OP_KICK_JOB: "kick-job", OP_QUIT: "quit",
     OP_PUT_BODY: "body", OP_SKIPPED: "skipped", OP_UNKNOWN: "UNKNOWN_COMMAND",
-    OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats",
+    OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
+    OP_TEST_ADVANCE: "fastbean-clock-advance",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -513,4 +546,6 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.name[:cmd.name_len], cmd.delay)
     if op == OP_PUT_BODY:
         return (name, err, None if cmd.body == NULL else <object>cmd.body)
+    if op == OP_TEST_ADVANCE and err is None:
+        return (name, err, cmd.advance_ns)
     return (name, err)

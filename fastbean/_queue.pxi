@@ -84,7 +84,7 @@ cdef int job_reserve(Core core, Conn c, Job *j, int64_t now) except -1:
     j.deadline = now + j.ttr_ns
     j.reserve_ct += 1
     j.owner = <PyObject *>c
-    list_push_front(&c.reserved, j, LINK_STATE)
+    list_push_back(&c.reserved, j, LINK_STATE)
     c.nreserved += 1
     if c.nreserved == 1 or (c.soonest != NULL and j.deadline < c.soonest.deadline):
         c.soonest = j

@@ -19,6 +19,7 @@ from libc.errno cimport errno, EINTR, EIO
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from posix.types cimport off_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from posix.unistd cimport close, dup, read, write
 
 cdef extern from "<pthread.h>" nogil:
@@ -64,6 +65,16 @@ cdef extern from *:
     """
     int64_t fb_load(int64_t *p) nogil
     void fb_store(int64_t *p, int64_t v) nogil
+
+cdef extern from "_hist.h" nogil:
+    int FB_FSYNC_BOUNDS
+    int FB_GROUP_BOUNDS
+    const int64_t fb_fsync_bounds[]
+    const int64_t fb_group_bounds[]
+    int fb_bucket(const int64_t *bounds, int n, int64_t v)
+
+cdef enum:
+    HIST_SLOTS = 17       # _hist.h's FB_FSYNC_BOUNDS and FB_GROUP_BOUNDS, + Inf
 
 cdef extern from "<sys/eventfd.h>" nogil:
     int eventfd(unsigned int initval, int flags)
@@ -120,6 +131,12 @@ cdef struct State:
     int error             # first errno since the last collect(), 0 if none
     int efd               # eventfd the loop watches
     bint stopping
+    # for the metrics endpoint: per-bucket counts of each sync's duration and
+    # of the records it made durable (the group commit), and their sums
+    uint64_t sync_hist[HIST_SLOTS]
+    int64_t sync_ns
+    uint64_t group_hist[HIST_SLOTS]
+    uint64_t group_records
 
 
 cdef int _sync_close(int fd) noexcept nogil:
@@ -134,6 +151,8 @@ cdef void *sync_main(void *arg) noexcept nogil:
     cdef int fd, err, e, i, nfin
     cdef int *fin
     cdef uint64_t seq, one = 1
+    cdef timespec t0, t1
+    cdef int64_t took, group
     pthread_mutex_lock(&s.mu)
     while True:
         while s.want_fd < 0 and s.nfin == 0 and not s.stopping:
@@ -153,13 +172,24 @@ cdef void *sync_main(void *arg) noexcept nogil:
             if e and not err:
                 err = e
         free(fin)
+        took = 0
         if fd >= 0:
+            clock_gettime(CLOCK_MONOTONIC, &t0)
             e = _sync_close(fd)
+            clock_gettime(CLOCK_MONOTONIC, &t1)
+            took = (t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)
             if e and not err:
                 err = e
         pthread_mutex_lock(&s.mu)
         if err and not s.error:
             s.error = err
+        if fd >= 0:
+            # the request's sync: its time, and the records it made durable
+            group = <int64_t>(seq - s.done_seq) if seq > s.done_seq else 0
+            s.sync_hist[fb_bucket(fb_fsync_bounds, FB_FSYNC_BOUNDS, took)] += 1
+            s.sync_ns += took
+            s.group_hist[fb_bucket(fb_group_bounds, FB_GROUP_BOUNDS, group)] += 1
+            s.group_records += group
         if fd >= 0 and seq > s.done_seq:
             s.done_seq = seq
         write(s.efd, &one, sizeof(one))
@@ -232,6 +262,20 @@ cdef class SyncThread(Worker):
         self.s.error = 0
         pthread_mutex_unlock(&self.s.mu)
         return n, err
+
+    def histograms(self):
+        """For the metrics endpoint: {"fsync": (bounds in seconds, per-bucket
+        counts with +Inf last, sum of seconds), "group": (bounds in records,
+        counts, sum of records)} over every sync so far."""
+        cdef int i
+        pthread_mutex_lock(&self.s.mu)
+        sync = [self.s.sync_hist[i] for i in range(FB_FSYNC_BOUNDS + 1)]
+        group = [self.s.group_hist[i] for i in range(FB_GROUP_BOUNDS + 1)]
+        sync_ns, records = self.s.sync_ns, self.s.group_records
+        pthread_mutex_unlock(&self.s.mu)
+        return {"fsync": ([fb_fsync_bounds[i] / 1e9 for i in range(FB_FSYNC_BOUNDS)], sync,
+                          sync_ns / 1e9),
+                "group": ([fb_group_bounds[i] for i in range(FB_GROUP_BOUNDS)], group, records)}
 
     def __dealloc__(self):
         cdef int i

@@ -87,12 +87,18 @@ cdef bint _spare_now(Core core, int64_t need) except -1:
 
 
 cdef int _switch_to_spare(Core core) except -1:
-    # The current file is full: its records so far go to binlog.py as one
-    # segment, and the spare is the current file from here on.
+    # The current file is full: the spare is the current file from here on.
+    wal_switch(core, core.spare_seq, core.spare_cap, core.spare_used)
+    core.spare_seq = core.spare_cap = core.spare_used = 0
+    return 0
+
+
+cdef int wal_switch(Core core, int64_t seq, int64_t cap, int64_t used) except -1:
+    # The records so far go to binlog.py as the current file's segment, and
+    # binlog.<seq> is the current file from here on, its first record the marker.
     core.wsegs.append((core.wfiles[core.nwfiles - 1].seq, core.wba))
     core.wba = bytearray()
-    wal_file_add(core, core.spare_seq, core.spare_cap, core.spare_used)
-    core.spare_seq = core.spare_cap = core.spare_used = 0
+    wal_file_add(core, seq, cap, used)
     return wal_marker(core)
 
 
@@ -211,8 +217,9 @@ cdef int fail_held(Core core, uint64_t seq) except -1:
 # -- replay -------------------------------------------------------------------------
 
 cdef tuple wal_replay(Core core, object data, int64_t seq):
-    # Apply the records of binlog.<seq>: (records applied, bytes not applied,
+    # Apply the records of binlog.<seq>: (records applied, where they end,
     # reason or None). A zero-filled tail is unused preallocation, not loss.
+    # A replicated part comes in several calls: they add to one file.
     cdef const char *p
     cdef Py_ssize_t n, pos, k
     cdef Py_ssize_t size = 0
@@ -226,10 +233,11 @@ cdef tuple wal_replay(Core core, object data, int64_t seq):
         data = bytes(data)
     p = PyBytes_AS_STRING(data)
     n = PyBytes_GET_SIZE(data)
-    wal_file_add(core, seq, 0, 0)
+    if core.nwfiles == 0 or core.wfiles[core.nwfiles - 1].seq != seq:
+        wal_file_add(core, seq, 0, 0)
     reason = header_check(p, n)
     if reason is not None or n < WAL_HEADER:
-        return (0, n, reason)
+        return (0, 0, reason)
     pos = WAL_HEADER
     while pos + 4 <= n:
         reason = rec_read(p, n, pos, &signed, &rec, &name, &namelen, &body, &size)
@@ -246,9 +254,7 @@ cdef tuple wal_replay(Core core, object data, int64_t seq):
             if p[k] != 0:
                 reason = "garbage after the last record"
                 break
-        else:
-            return (count, 0, None)
-    return (count, n - pos, reason)
+    return (count, pos, reason)
 
 
 cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t namelen,

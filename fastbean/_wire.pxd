@@ -3,7 +3,7 @@
 # reply text. The parser (_parser.pyx) fills Cmd structs; the engine
 # (_core.pyx) runs them and answers with the texts below. Header only.
 
-from libc.stdint cimport uint32_t, uint64_t, int32_t
+from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 from cpython.object cimport PyObject
 
 cdef enum:
@@ -46,6 +46,10 @@ cdef enum Op:
     OP_UNKNOWN = 28           # UNKNOWN_COMMAND
     OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
     OP_EXT = 30               # fastbean-stats, fastbean's own command
+    # test-only commands, refused with UNKNOWN_COMMAND unless --testing (_testing.pxi)
+    OP_TEST_RESET = 31        # fastbean-reset
+    OP_TEST_ADVANCE = 32      # fastbean-clock-advance SECONDS[.FRACTION]
+    OP_COUNT = 33
 
 # Errors attached to a recognised command (the command's counter still moves).
 cdef enum Err:
@@ -66,6 +70,7 @@ ctypedef struct Cmd:
     uint32_t nbytes           # declared body size of a put
     int32_t timeout           # reserve-with-timeout, as 1.12's signed int; <0 waits forever
     uint32_t bound            # kick
+    int64_t advance_ns        # fastbean-clock-advance
     bint garbage              # put: bytes after the size field
     const char *name          # tube name, borrowed until the next Parser call
     Py_ssize_t name_len
@@ -103,6 +108,7 @@ cdef extern from *:
     #define MSG_DRAINING        FB_TEXT("DRAINING\\r\\n")
     #define MSG_INTERNAL_ERROR  FB_TEXT("INTERNAL_ERROR\\r\\n")
     #define MSG_UNKNOWN_COMMAND FB_TEXT("UNKNOWN_COMMAND\\r\\n")
+    #define MSG_RESET           FB_TEXT("RESET\\r\\n")
     #define MSG_NOT_FOUND       FB_TEXT("NOT_FOUND\\r\\n")
     #define MSG_DELETED         FB_TEXT("DELETED\\r\\n")
     #define MSG_RELEASED        FB_TEXT("RELEASED\\r\\n")
@@ -121,6 +127,7 @@ cdef extern from *:
     #define MSG_RESERVED        FB_TEXT("RESERVED")
     #define MSG_FOUND           FB_TEXT("FOUND")
     #define MSG_USING           FB_TEXT("USING ")
+    #define MSG_ADVANCED        FB_TEXT("ADVANCED")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -128,8 +135,8 @@ cdef extern from *:
     Text MSG_BAD_FORMAT, MSG_EXPECTED_CRLF, MSG_JOB_TOO_BIG, MSG_OUT_OF_MEMORY, MSG_DRAINING
     Text MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND, MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
-    Text MSG_TIMED_OUT, MSG_CRLF
-    Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING
+    Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
+    Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
 
 
 cdef inline Text err_text(int err) noexcept nogil:

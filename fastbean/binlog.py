@@ -12,6 +12,10 @@ a delete. The engine moves on to the spare by itself, in the middle of a
 command; this module learns of it at the next commit (take_wal() then has a
 segment for the spare), finishes the old file there (its fsync on the sync
 thread) and makes the next spare.
+
+With --replicate, replication.py drives the files instead (mirror_*): the
+directory mirrors the stream's parts, and the engine's records come here
+through append().
 """
 import fcntl
 import logging
@@ -22,11 +26,11 @@ from fastbean._core import FILE_FIRST_RECORD, FILE_HEADER
 from fastbean._sync import SyncThread, ZeroFill
 from fastbean.config import DEFAULT_FSYNC_MS
 from fastbean.errors import BinlogError, BinlogLockedError
-
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
 
 BLOCK = 4096                # files are allocated in whole blocks
 MIGRATE_BATCH = 2048        # jobs re-logged per commit while compacting
+MIRROR_MARK = "replicated"  # names the stream a replicated node's directory mirrors
 
 
 class _File:
@@ -66,8 +70,18 @@ class Binlog:
         self._last_sync = 0.0
         self._sync_timer = None     # -f MS: the fsync due at most MS after a write
         self._asked_seq = 0         # records the sync thread has been asked to sync
-        self._syncer = None         # SyncThread, started with the first sync
+        self._syncer = None         # SyncThread, with an fsync policy
         self._filler = None         # ZeroFill, with -f 0 (see _sync.pyx)
+        self.failing = False        # the last write, fsync or new file failed
+        self._failed_seq = 0        # records written when it failed
+        self.errors = 0             # failures so far
+        self.replayed = None        # (files, jobs, seconds, bytes dropped) once open
+        self._fail_op = None        # what failed: write, fsync, create, allocate, finish, close
+        # Where durability goes: the engine (None), or replication.py, which
+        # lets a reply out once the stream has its records too.
+        self.durable = None
+        self.mirror = False         # replication.py drives the files (mirror_open)
+        self._write_failed = False  # mirror: a write failed since the last written()
 
     # -- start-up ---------------------------------------------------------------
 
@@ -96,30 +110,56 @@ class Binlog:
     def open(self, core):
         """Lock the directory, replay every file into core, start a new file and
         a spare. Returns the job count."""
+        for _ in self.opening(core):
+            pass
+        return self.replayed[1]
+
+    def opening(self, core):
+        """open(), one file at a time: yields (files replayed, files) after each
+        file, so that the caller's loop can serve (say, /readyz) meanwhile."""
         self.core = core
         self.lock()
         seqs = self.existing()
         t0 = time.monotonic()
+        dropped = missing = 0
         if seqs:
+            total = seqs[-1] - seqs[0] + 1
             for seq in range(seqs[0], seqs[-1] + 1):
                 try:
                     with open(self.path(seq), "rb") as f:
                         data = f.read()
                 except FileNotFoundError:
-                    log.warning("binlog.%d is missing; continuing", seq)
+                    event(logging.WARNING, "binlog-missing", "binlog.%(file)d is missing; continuing",
+                          file=seq)
+                    missing += 1
                     data = b""
-                records, dropped, reason = core.replay(data, seq)
+                records, end, reason = core.replay(data, seq)
                 if reason is not None:
-                    log.warning("binlog.%d: %s: %d bytes after record %d not replayed; "
-                                "you may be missing data", seq, reason, dropped, records)
-                self.sizes[seq] = len(data)
-                self.closed_bytes += len(data)
+                    lost = len(data) - end
+                    dropped += lost
+                    event(logging.WARNING, "replay-dropped",
+                          "binlog.%(file)d: %(reason)s: %(bytes)d bytes after record %(records)d "
+                          "not replayed; you may be missing data",
+                          file=seq, reason=reason, bytes=lost, records=records)
+                # Count the records, not the file: a file left by a crash is still
+                # its full preallocated size, and taking those zeros for dead
+                # records would re-log every replayed job at once (beanstalkd
+                # does not, and binlog-records-written would show it).
+                self.sizes[seq] = end
+                self.closed_bytes += end
+                yield seq - seqs[0] + 1, total
             self.seq = self._next_seq = seqs[-1]
             self._next_seq += 1
         jobs = core.replay_finish()
+        seconds = time.monotonic() - t0
+        self.replayed = (len(seqs), jobs, seconds, dropped)
         if seqs:
-            log.info("replayed %d jobs from %d binlog files in %.3f s",
-                     jobs, len(seqs), time.monotonic() - t0)
+            event(logging.INFO, "replay",
+                  "replayed %(jobs)d jobs from %(files)d binlog files in %(seconds).3f s"
+                  + (", %(dropped_bytes)d bytes dropped" if dropped else "")
+                  + (", %(missing_files)d files missing" if missing else ""),
+                  jobs=jobs, files=len(seqs), seconds=round(seconds, 3), dropped_bytes=dropped,
+                  missing_files=missing, directory=self.dir)
         if self.fsync and self.fsync_ms == 0:
             # Group commits wait on every fdatasync: keep them to overwrites.
             self._filler = ZeroFill()
@@ -133,8 +173,9 @@ class Binlog:
         # older files can go.
         self._write_segments(*core.take_wal())
         self._offer_spare()
+        if self.fsync and self.loop is not None:
+            self._sync_thread()
         self._collect()
-        return jobs
 
     # -- hooks for the engine (they never call into it) ---------------------------
 
@@ -158,18 +199,21 @@ class Binlog:
 
     # -- files ------------------------------------------------------------------
 
-    def _make(self, need):
+    def _make(self, need, cap=0):
         # A new preallocated file, binlog.<_next_seq>, with its header: room
         # for -s bytes of new records beyond `need` (the room kept for the
-        # live jobs' deletes). None when the disk cannot give one.
+        # live jobs' deletes), or cap bytes. None when the disk cannot give one.
         seq = self._next_seq
-        cap = (self.max_size + need + len(FILE_HEADER) + BLOCK - 1) // BLOCK * BLOCK
+        if not cap:
+            cap = self.max_size + need + len(FILE_HEADER)
+        cap = (cap + BLOCK - 1) // BLOCK * BLOCK
         path = self.path(seq)
         fill_fd = -1
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            self._alloc_error("cannot create %s: %s", path, e.strerror)
+            self._alloc_error("create", "cannot create %(path)s: %(error)s", path=path,
+                              error=e.strerror)
             return None
         try:
             if self._filler is not None:
@@ -180,21 +224,24 @@ class Binlog:
             os.posix_fallocate(fd, 0, cap)
             os.pwrite(fd, FILE_HEADER, 0)
         except OSError as e:
-            self._alloc_error("cannot allocate %d bytes for %s: %s", cap, path, e.strerror)
+            self._alloc_error("allocate", "cannot allocate %(bytes)d bytes for %(path)s: "
+                              "%(error)s", bytes=cap, path=path, error=e.strerror)
             os.close(fd)
             if fill_fd >= 0:
                 os.close(fill_fd)
             os.unlink(path)
             return None
         self._alloc_failed = False
+        if self._fail_op in ("create", "allocate"):
+            self._recovered()
         f = self._ready[seq] = _File(fd, fill_fd, cap, len(FILE_HEADER))
         self._next_seq += 1
         return f
 
-    def _alloc_error(self, fmt, *args):
+    def _alloc_error(self, op, text, **fields):
         # A full disk fails every attempt until space comes back: say it once.
         if not self._alloc_failed:
-            log.error(fmt, *args)
+            self._failed(op, text, **fields)
             self._alloc_failed = True
 
     def _discard(self, seq):
@@ -241,8 +288,9 @@ class Binlog:
             else:
                 err = self._filler.take_error()
                 if err:
-                    log.warning("writing zeros ahead of the records of binlog.%d failed: %s; "
-                                "its fsyncs stay slower", seq - 1, os.strerror(err))
+                    event(logging.WARNING, "binlog-zero-fill-failed",
+                          "writing zeros ahead of the records of binlog.%(file)d failed: "
+                          "%(error)s; its fsyncs stay slower", file=seq - 1, error=os.strerror(err))
                 self._filler.file(f.fill_fd, f.used, f.cap)
         if seq == self._spare:
             self._spare = 0
@@ -257,7 +305,8 @@ class Binlog:
             if self.fsync:
                 self._sync_thread().finish(fd)
         except OSError as e:
-            log.error("finishing binlog.%d: %s", seq, e.strerror)
+            self._failed("finish", "finishing binlog.%(file)d: %(error)s", file=seq,
+                         error=e.strerror)
             self.core.set_failed(self._written_seq)
         os.close(fd)
         self.fd = -1
@@ -291,11 +340,14 @@ class Binlog:
             except OSError as e:
                 # The space was preallocated, so this is a device error. The
                 # jobs are still in memory; say so loudly and keep serving.
-                log.error("binlog write to binlog.%d failed: %s; %d bytes of records not on disk; "
-                          "closing the connections waiting on them", self.seq, e.strerror, len(view))
+                self._failed("write", "binlog write to binlog.%(file)d failed: %(error)s; %(bytes)d "
+                             "bytes of records not on disk; closing the connections waiting on them",
+                             file=self.seq, error=e.strerror, bytes=len(view))
                 return False
             self.used += n
             view = view[n:]
+        if not self.fsync and self.failing:
+            self._recovered()
         return True
 
     # -- syncs ------------------------------------------------------------------
@@ -329,8 +381,11 @@ class Binlog:
             # written after this sync was asked for, and the kernel reports
             # it only once: fail everything written so far.
             seq = self._written_seq
-            log.error("fsync of binlog.%d failed: %s%s", self.seq, os.strerror(err),
-                      "; closing the connections waiting on it" if self.fsync_ms == 0 else "")
+            self._failed("fsync", "fsync of binlog.%(file)d failed: %(error)s"
+                         + ("; closing the connections waiting on it" if self.fsync_ms == 0 else ""),
+                         file=self.seq, error=os.strerror(err))
+        elif self.failing and seq > self._failed_seq:
+            self._recovered()
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
             # The sync thread is idle again: the next turn's records start a
@@ -340,7 +395,7 @@ class Binlog:
             if err:
                 self.core.set_failed(seq)
             else:
-                self.core.set_durable(seq)
+                self._durable(seq)
         else:
             self._arm_sync()
 
@@ -372,28 +427,30 @@ class Binlog:
         says and let out the replies that were waiting for them."""
         self._commit_pending = False
         self._write_segments(*self.core.take_wal())
+        self._synced()
+        self._offer_spare()
+        self._maintain()
+
+    def _synced(self):
+        # The records written so far: sync them as -f says.
         if not self.fsync:
-            self.core.set_durable(self._written_seq)
+            self._durable(self._written_seq)
         elif self.fsync_ms == 0:
             self._start_sync()
         else:
             # Written records survive a crash of the process; -f bounds what a
             # power loss can take to about the last MS ms.
-            self.core.set_durable(self._written_seq)
+            self._durable(self._written_seq)
             self._arm_sync()
-        self._offer_spare()
-        self._maintain()
+
+    def _durable(self, seq):
+        if self.durable is not None:
+            self.durable(seq)
+        else:
+            self.core.set_durable(seq)
 
     def _collect(self):
-        for seq in self.core.wal_collect():
-            size = self.sizes.pop(seq, 0)
-            self.closed_bytes -= size
-            try:
-                os.unlink(self.path(seq))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.error("cannot remove binlog.%d: %s", seq, e.strerror)
+        self.remove(self.core.wal_collect())
 
     def _maintain(self):
         # Reclaim files no live job needs; when most of the disk is dead
@@ -409,14 +466,15 @@ class Binlog:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
-        if self.fd >= 0:
+        if self.fd >= 0 and not self.mirror:    # replication.py takes the records, and publishes them first
             self._write_segments(*self.core.take_wal())
         if self._syncer is not None:
             self.loop.remove_reader(self._syncer.fileno())
             self._syncer.stop()             # after the syncs it was given
             seq, err = self._syncer.collect()
             if err:
-                log.error("fsync of a finished binlog file failed: %s", os.strerror(err))
+                self._failed("fsync", "fsync of a finished binlog file failed: %(error)s",
+                             error=os.strerror(err))
                 self.core.set_failed(self._written_seq)
             self._syncer = None
         for seq in sorted(self._ready, reverse=True):
@@ -430,12 +488,130 @@ class Binlog:
                 if self.fsync:
                     os.fsync(self.fd)
             except OSError as e:
-                log.error("closing binlog.%d: %s", self.seq, e.strerror)
+                self._failed("close", "closing binlog.%(file)d: %(error)s", file=self.seq,
+                             error=e.strerror)
                 self.core.set_failed(self._written_seq)
             else:
-                self.core.set_durable(self._written_seq)
+                self._durable(self._written_seq)
             os.close(self.fd)
             self.fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+    # -- health and metrics -------------------------------------------------------
+
+    def _failed(self, op, text, **fields):
+        self.errors += 1
+        self.failing = True
+        self._fail_op = op
+        self._failed_seq = self._written_seq
+        event(logging.ERROR, "binlog-error", text, op=op, **fields)
+
+    def _recovered(self):
+        self.failing = False
+        self._fail_op = None
+        event(logging.WARNING, "binlog-recovered",
+              "binlog.%(file)d: %(what)s succeed again (%(errors)d errors so far)",
+              file=self.seq, what="writes and fsyncs" if self.fsync else "writes", errors=self.errors)
+
+    @property
+    def files(self):
+        return sorted(self.sizes) + [self.seq]
+
+    @property
+    def disk_bytes(self):
+        """Bytes the files take: the older ones as written, the current one and
+        the ones made ahead of use (the spare) as allocated."""
+        current = self.core.wal_status()[3] if self.fd >= 0 else 0
+        return self.closed_bytes + current + sum(f.cap for f in self._ready.values())
+
+    def histograms(self):
+        """The sync thread's fsync-latency and group-commit histograms, or None
+        without an fsync policy (see SyncThread.histograms)."""
+        return None if self._syncer is None else self._syncer.histograms()
+
+    # -- replication (replication.py drives the files) ---------------------------
+
+    def mirror_open(self, stream):
+        """With --replicate the directory mirrors the stream: binlog.N holds the
+        records of the stream's part N, as this node applied or published them.
+        The stream is the truth, so the files of an earlier run go; a directory
+        with files of anything else is refused rather than emptied."""
+        self.lock()
+        self.mirror = True
+        mark = os.path.join(self.dir, MIRROR_MARK)
+        try:
+            with open(mark) as f:
+                owner = f.read().strip()
+        except FileNotFoundError:
+            owner = None
+        if self.existing() and owner != stream:
+            raise BinlogError("%s holds a binlog that is not a mirror of stream %s; "
+                              "--replicate starts from the stream: give it an empty directory"
+                              % (self.dir, stream))
+        with open(mark, "w") as f:
+            f.write(stream + "\n")
+        self.mirror_reset()
+
+    def mirror_reset(self):
+        """The node rebuilds its queue from the stream: so does the directory."""
+        # a sync in flight covered the old queue's records
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        if self._syncer is not None:
+            self.loop.remove_reader(self._syncer.fileno())
+            self._syncer.stop()
+            self._syncer = None
+        self._written_seq = self._synced_seq = self._asked_seq = 0
+        self._write_failed = False
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        for seq in self.existing():
+            try:
+                os.unlink(self.path(seq))
+            except OSError as e:
+                raise BinlogError("cannot remove binlog.%d: %s" % (seq, e.strerror)) from None
+        self.sizes.clear()
+        self.closed_bytes = 0
+        self.seq = 0
+
+    def mirror_part(self, seq, cap):
+        """Part `seq` of the stream starts: binlog.<seq>, cap bytes allocated,
+        is the current file from now on."""
+        self._next_seq = seq
+        if self._make(0, max(cap, BLOCK)) is None:
+            self.core.set_failed(self._written_seq)
+            return
+        if self.fd >= 0:
+            self._finish()
+        self._make_current(seq)
+
+    def mirror_write(self, data):
+        """Records of the current part: a standby's as it applies them (synced
+        when the file ends), a primary's before written()."""
+        if self.fd >= 0 and data and not self._write(data):
+            self._write_failed = True
+
+    def written(self, seq):
+        """A primary's records up to the engine's record seq are written:
+        sync them as -f says."""
+        self._written_seq = seq
+        if self._write_failed:
+            self._write_failed = False
+            self.core.set_failed(seq)
+        self._synced()
+
+    def remove(self, seqs):
+        """Files (or parts of the stream) no live job needs: they go."""
+        for seq in seqs:
+            self.closed_bytes -= self.sizes.pop(seq, 0)
+            try:
+                os.unlink(self.path(seq))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                event(logging.ERROR, "binlog-remove-failed", "cannot remove binlog.%(file)d: "
+                      "%(error)s", file=seq, error=e.strerror)

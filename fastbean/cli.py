@@ -4,23 +4,31 @@ Only light modules are imported here: the listening socket is bound before
 asyncio, uvloop and the engine are loaded, so clients can connect (into the
 kernel's backlog) while the rest of the server starts.
 """
+import importlib.util
 import logging
+import os
 import signal
 import sys
 
-from fastbean import __version__
+from fastbean import __version__, logs
 from fastbean.config import (
     DEFAULT_BINLOG_SIZE,
     DEFAULT_BUSY_POLL_US,
     DEFAULT_FSYNC_MS,
+    DEFAULT_LEASE_TTL,
     DEFAULT_MAX_JOB_SIZE,
+    DEFAULT_METRICS_HOST,
+    DEFAULT_METRICS_TUBES,
     DEFAULT_PORT,
+    DEFAULT_REPLICATE_TIMEOUT,
+    DEFAULT_STREAM,
     HANDLED_SIGNALS,
     MAX_BUSY_POLL_US,
     MAX_JOB_SIZE_LIMIT,
     Config,
 )
 from fastbean.errors import ConfigError
+from fastbean.logs import event
 
 log = logging.getLogger("fastbean")
 
@@ -48,10 +56,35 @@ fastbean's own options:
  --max-connections N     refuse connections beyond N (default: no limit)
  --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
                          before sleeping; adapts to the clients (default: %(busy_poll_us)d; 0: never)
+ --metrics [HOST:]PORT   serve /metrics (Prometheus), /healthz and /readyz over HTTP
+                         on HOST:PORT (default host: 127.0.0.1; ":PORT" for every
+                         interface; default: off)
+ --metrics-tubes N       tubes with /metrics series of their own: the N holding the
+                         most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
+ --log-format FMT        text or json (one object per line) (default: text)
+ --testing               for tests only: accept fastbean-reset (deletes every job, closes
+                         every connection) and fastbean-clock-advance (moves time forward)
+
+High availability (on NATS JetStream; see the README):
+ --replicate URLS        replicate every change to a JetStream stream on these NATS
+                         servers (comma-separated nats:// URLs); the node is a standby
+                         until it holds the lease
+ --replicate-stream NAME the stream's name, shared by the nodes of one queue
+                         (default: %(stream)s; the lease bucket is NAME-lease)
+ --node-name NAME        this node's name in the lease and the log (default: host:port)
+ --lease-ttl SECONDS     how long the primary's lease lasts unrenewed (default: %(lease_ttl)g)
+ --replicate-timeout SECONDS
+                         how long a change waits for a quorum before the server
+                         refuses changes (default: %(replicate_timeout)g)
 """ % {"port": DEFAULT_PORT, "max_job_size": DEFAULT_MAX_JOB_SIZE, "binlog_size": DEFAULT_BINLOG_SIZE,
-       "busy_poll_us": DEFAULT_BUSY_POLL_US}
+       "busy_poll_us": DEFAULT_BUSY_POLL_US, "metrics_tubes": DEFAULT_METRICS_TUBES,
+       "stream": DEFAULT_STREAM, "lease_ttl": DEFAULT_LEASE_TTL,
+       "replicate_timeout": DEFAULT_REPLICATE_TIMEOUT}
 
 VALUE_FLAGS = "bflpuzs"
+LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
+                "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
+                "replicate-timeout")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -59,10 +92,37 @@ class Usage(ConfigError):
     """A usage error: print the message and the usage text, exit 5."""
 
 
+C_SPACE = " \t\n\v\f\r"
+SIZE_T_MAX = (1 << 64) - 1
+
+
 def _size(text, what):
-    if not text.isdigit():
-        raise Usage("invalid size: %s" % text if what is None else "invalid %s: %s" % (what, text))
+    if not text.isascii() or not text.isdigit():
+        raise Usage("invalid %s: %s" % (what, text))
     return int(text)
+
+
+def _size_t(text):
+    """A number as beanstalkd reads -z, -s and -f (sscanf "%zu%c"): leading
+    blanks and a sign allowed, decimal digits, nothing after them. A negative
+    number wraps around 2**64 and a too large one saturates, as strtoull does,
+    so `-z -1` means the largest size there too."""
+    digits = text.lstrip(C_SPACE)
+    negative = digits[:1] == "-"
+    if digits[:1] in ("-", "+"):
+        digits = digits[1:]
+    if not digits or not digits.isascii() or not digits.isdigit():
+        raise Usage("invalid size: %s" % text)
+    n = int(digits)
+    if n > SIZE_T_MAX:
+        return SIZE_T_MAX
+    return (-n) % (1 << 64) if negative else n
+
+
+def _signed(n, bits):
+    """n's low `bits` bits as a two's-complement number (a C cast)."""
+    n &= (1 << bits) - 1
+    return n - (1 << bits) if n >> (bits - 1) else n
 
 
 def _bytes_with_suffix(text, what):
@@ -74,9 +134,53 @@ def _bytes_with_suffix(text, what):
     return int(num) * SUFFIXES[unit]
 
 
-def parse_args(argv):
+def _metrics_address(value):
+    """[HOST:]PORT -> (host, port); HOST may be [IPv6]; an empty HOST is every interface."""
+    host, port = DEFAULT_METRICS_HOST, value
+    if value.startswith("["):
+        end = value.find("]:")
+        host, port = (value[1:end], value[end + 2:]) if end > 0 else (None, "")
+    elif ":" in value:
+        host, _, port = value.rpartition(":")
+        host = host or None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise Usage("invalid --metrics address: %s" % value)
+    return host, int(port)
+
+
+def _seconds(text, what):
+    try:
+        value = float(text)
+    except ValueError:
+        raise Usage("invalid %s: %s" % (what, text)) from None
+    if not 0 < value < 86400:
+        raise Usage("%s: between 0 and 86400 seconds" % what)
+    return value
+
+
+def _nats_urls(text):
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    if not urls:
+        raise Usage("--replicate: no NATS server URL")
+    for url in urls:
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            scheme, rest = "nats", url
+        if scheme not in ("nats", "tls") or not rest:
+            raise Usage("--replicate: not a nats:// URL: %s" % url)
+    return urls
+
+
+def _name(text, what):
+    # it goes into NATS subjects and bucket names
+    if not text or not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
+        raise Usage("%s: letters, digits, - and _ only: %s" % (what, text))
+    return text
+
+
+def parse_args(argv, warn=log.warning):
     """argv (without the program name) -> Config. Raises ConfigError/Usage;
-    returns None when the job is done (-h, -v)."""
+    returns None when the job is done (-h, -v). Warnings go to warn(text)."""
     opts = {}
     verbosity = 0
     fsync, fsync_ms = True, DEFAULT_FSYNC_MS
@@ -87,7 +191,12 @@ def parse_args(argv):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name not in ("max-memory", "max-connections", "busy-poll"):
+            if name == "testing":
+                if eq:
+                    raise Usage("--testing takes no value")
+                opts["testing"] = True
+                continue
+            if name not in LONG_OPTIONS:
                 raise Usage("unknown option: %s" % arg)
             if not eq:
                 if i >= len(args):
@@ -101,6 +210,24 @@ def parse_args(argv):
                 if usec > MAX_BUSY_POLL_US:
                     raise Usage("--busy-poll: at most %d microseconds" % MAX_BUSY_POLL_US)
                 opts["busy_poll_us"] = usec
+            elif name == "metrics":
+                opts["metrics_host"], opts["metrics_port"] = _metrics_address(value)
+            elif name == "metrics-tubes":
+                opts["metrics_tubes"] = _size(value, "--metrics-tubes")
+            elif name == "log-format":
+                if value not in logs.FORMATS:
+                    raise Usage("--log-format: text or json, not %s" % value)
+                opts["log_format"] = value
+            elif name == "replicate":
+                opts["replicate"] = _nats_urls(value)
+            elif name == "replicate-stream":
+                opts["replicate_stream"] = _name(value, "--replicate-stream")
+            elif name == "node-name":
+                opts["node_name"] = _name(value, "--node-name")
+            elif name == "lease-ttl":
+                opts["lease_ttl"] = _seconds(value, "--lease-ttl")
+            elif name == "replicate-timeout":
+                opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
             else:
                 opts["max_connections"] = _size(value, "--max-connections")
             continue
@@ -128,23 +255,25 @@ def parse_args(argv):
                 elif flag == "b":
                     opts["binlog_dir"] = value
                 elif flag == "z":
-                    size = _size(value, None)
+                    size = _size_t(value)
                     if size > MAX_JOB_SIZE_LIMIT:
-                        log.warning("maximum job size was set to %d", MAX_JOB_SIZE_LIMIT)
+                        warn("maximum job size was set to %d" % MAX_JOB_SIZE_LIMIT)
                         size = MAX_JOB_SIZE_LIMIT
                     opts["max_job_size"] = size
                 elif flag == "s":
-                    opts["binlog_size"] = _size(value, None)
+                    # beanstalkd keeps it in an int: binlog-max-size shows the cast
+                    opts["binlog_size"] = _signed(_size_t(value), 32)
                 elif flag == "f":
-                    if not value.isdigit():
-                        raise Usage("invalid fsync interval: %s" % value)
-                    fsync, fsync_ms = True, int(value)
+                    # beanstalkd: an int64 of milliseconds times 10**6 ns; a
+                    # result <= 0 syncs after every write, as -f 0 does
+                    ns = _signed(_signed(_size_t(value), 64) * 1000000, 64)
+                    fsync, fsync_ms = True, max(ns // 1000000, 1) if ns > 0 else 0
             elif flag == "F":
                 fsync = False
             elif flag == "V":
                 verbosity += 1
             elif flag in "cn":
-                log.warning("-%s flag was removed. binlog is always compacted.", flag)
+                warn("-%s flag was removed. binlog is always compacted." % flag)
             elif flag == "h":
                 sys.stderr.write(USAGE)
                 return None
@@ -153,13 +282,16 @@ def parse_args(argv):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
+    if opts.get("replicate") and importlib.util.find_spec("nats") is None:
+        raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
 
 
 def main(argv=None):
-    logging.basicConfig(stream=sys.stderr, format="fastbean: %(message)s", level=logging.WARNING)
+    logs.setup()
+    warnings = []
     try:
-        config = parse_args(sys.argv[1:] if argv is None else argv)
+        config = parse_args(sys.argv[1:] if argv is None else argv, warnings.append)
     except Usage as e:
         sys.stderr.write("fastbean: %s\n%s" % (e, USAGE))
         return e.status
@@ -167,23 +299,31 @@ def main(argv=None):
         log.error("%s", e)
         return e.status
     if config is None:
+        for text in warnings:
+            log.warning("%s", text)
         return 0
-    if config.verbosity:
-        log.setLevel(logging.INFO)
+    logs.setup(config.log_format, config.verbosity)
+    for text in warnings:
+        event(logging.WARNING, "flag", text)
+    event(logging.INFO, "start", "fastbean %(version)s starting, pid %(pid)d",
+          version=__version__, pid=os.getpid())
 
     from fastbean import sockets
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     try:
         sockets.raise_nofile_limit()
         listeners = sockets.open_listeners(config)
+        metrics_sock = None
+        if config.metrics_port is not None:
+            metrics_sock = sockets.open_metrics(config)
         if config.user:
             sockets.drop_privileges(config.user)
     except ConfigError as e:
-        log.error("%s", e)
+        event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
 
     from fastbean import server  # asyncio, uvloop and the engine: after binding
-    return server.main(config, listeners)
+    return server.run(config, listeners, metrics_sock)
 
 
 if __name__ == "__main__":

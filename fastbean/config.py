@@ -14,6 +14,28 @@ MAX_BUSY_POLL_US = 1_000_000
 BATCH_LIMIT = 1024                     # commands one connection runs before others get a turn
 TICK_BUDGET = 2048                     # jobs or connections one timer callback handles (see server.py)
 SHUTDOWN_GRACE = 5.0                   # seconds to finish writing to clients on SIGTERM/SIGINT
+DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host is given
+DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
+DEFAULT_LOG_FORMAT = "text"
+# The HTTP endpoint's limits (metrics.py): a slow or malformed client gets
+# a 4xx or is closed, and cannot hold more than this.
+HTTP_MAX_HEAD = 8192                   # bytes of request line + headers
+HTTP_REQUEST_TIMEOUT = 10.0            # seconds to send a whole request head (408 after)
+HTTP_IDLE_TIMEOUT = 60.0               # seconds a connection may send nothing (or not read its answer)
+HTTP_MAX_CONNECTIONS = 64              # more are answered 503 and closed
+HTTP_LINGER = 1.0                      # seconds to drop unread input after an answer that closes
+STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
+# fastbean.testing: servers started from Python (scripts, notebooks, the pytest plugin).
+TESTING_HOST = "127.0.0.1"
+TESTING_START_TIMEOUT = 10.0           # seconds for a new server to answer
+TESTING_STOP_TIMEOUT = 10.0            # seconds between SIGTERM and SIGKILL
+TESTING_BIND_TRIES = 5                 # free ports tried when another process takes one first
+# Replication (replication.py). The lease must outlive a JetStream leader
+# election (4-7 s with nats-server 2.9), or a standby takes over because of one.
+DEFAULT_STREAM = "fastbean"
+DEFAULT_LEASE_TTL = 10.0               # seconds the primary's lease lasts unrenewed
+DEFAULT_REPLICATE_TIMEOUT = 15.0       # seconds a change waits for a quorum before it is refused
+STREAM_REPLICAS = 3
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
@@ -34,3 +56,23 @@ class Config:
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
+    metrics_host: Optional[str] = DEFAULT_METRICS_HOST   # --metrics HOST:PORT; None = every interface
+    metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint
+    metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
+    log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
+    testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
+    replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
+    replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
+    node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
+    lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
+    replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds
+
+# fastbean-ctl (ctl.py, ctltop.py, client.py): the admin tool's defaults
+CTL_ADDR = "127.0.0.1"                 # -l when not given; the port is DEFAULT_PORT
+CTL_TIMEOUT_S = 5.0                    # --timeout: connecting, and waiting for each reply
+CTL_TOP_INTERVAL_S = 1.0               # top --interval: seconds between refreshes
+CTL_PIPELINE = 64                      # commands in flight when asking about many tubes
+CTL_PUT_PRI = 1024                     # put --pri
+CTL_PUT_TTR_S = 60                     # put --ttr
+CTL_CLEAR_MAX_MISSES = 1000            # clear gives up after this many deletes in a row
+                                       # lose a race with other clients for the job

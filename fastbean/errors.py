@@ -19,3 +19,11 @@ class BinlogError(FastbeanError):
 
 class BinlogLockedError(BinlogError):
     """Another server holds the lock on the binlog directory."""
+
+
+class ServerStartError(FastbeanError):
+    """fastbean.testing could not start a server; the message holds its stderr."""
+
+
+class ReplicationError(FastbeanError):
+    """Replication cannot run with this configuration or these NATS servers."""

@@ -33,7 +33,7 @@ class ConnProtocol(asyncio.Protocol):
             return
         if server.verbosity >= 1:
             self._peer = transport.get_extra_info("peername")
-            log.info("accept %s", self._peer)
+            log.debug("accept %s", self._peer)
 
     def eof_received(self):
         self._conn.got_eof()
@@ -42,7 +42,7 @@ class ConnProtocol(asyncio.Protocol):
     def connection_lost(self, exc):
         self._conn.gone()
         if self._server.verbosity >= 1:
-            log.info("close %s", self._peer)
+            log.debug("close %s", self._peer)
         self._server.forget(self)
 
     def pause_writing(self):
@@ -55,6 +55,14 @@ class ConnProtocol(asyncio.Protocol):
         """Server shutdown: finish writing what is queued, then close."""
         if self._transport is not None:
             self._transport.close()
+
+    def drop(self, keep):
+        """fastbean-reset from the connection keep: unless this is it, close at
+        once, output unsent, and return the engine's side of this connection."""
+        if self._conn is keep or self._transport is None:
+            return None
+        self._transport.abort()
+        return self._conn
 
     # -- callbacks given to the engine ---------------------------------------
 
@@ -84,18 +92,25 @@ class TracingConnProtocol(ConnProtocol):
         self.data_received = self._traced_data_received
 
     def _traced_data_received(self, data):
-        log.info("<%s %r", self._peer, bytes(data[:256]))
+        log.debug("<%s %r", self._peer, bytes(data[:256]))
         self._conn.feed(data)
 
     def _writers(self, transport):
         write, writelines = transport.write, transport.writelines
 
         def traced_write(data):
-            log.info(">%s %r", self._peer, data[:256])
+            log.debug(">%s %r", self._peer, data[:256])
             write(data)
 
         def traced_writelines(chunks):
-            log.info(">%s %r", self._peer, b"".join(chunks)[:256])
+            log.debug(">%s %r", self._peer, b"".join(chunks)[:256])
             writelines(chunks)
 
         return traced_write, traced_writelines
+
+
+class Refused(asyncio.Protocol):
+    """A connection to a standby: closed as soon as it is accepted."""
+
+    def connection_made(self, transport):
+        transport.close()

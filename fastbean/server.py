@@ -1,4 +1,6 @@
-"""Server: the event loop, listeners, the engine, its one timer, and signals."""
+"""Server: the event loop, listeners, the engine, its one timer, signals,
+readiness, the role (primary or standby) replication gives it, and what it
+tells systemd and the log."""
 import asyncio
 import functools
 import logging
@@ -10,11 +12,13 @@ from fastbean import __version__, busypoll
 from fastbean._core import Core, prefault_arenas, tune_malloc
 from fastbean.binlog import Binlog
 from fastbean.busypoll import BusyPoll
-from fastbean.config import BACKLOG, HANDLED_SIGNALS, SHUTDOWN_GRACE, TICK_BUDGET
+from fastbean.config import BACKLOG, HANDLED_SIGNALS, SHUTDOWN_GRACE, STATUS_INTERVAL, TICK_BUDGET
 from fastbean.errors import BinlogError, BinlogLockedError
-from fastbean.protocol import ConnProtocol, TracingConnProtocol
-
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
+from fastbean.metrics import Endpoint
+from fastbean.protocol import ConnProtocol, Refused, TracingConnProtocol
+from fastbean.replication import Replicator
+from fastbean.systemd import Notifier
 
 
 def new_event_loop():
@@ -22,32 +26,60 @@ def new_event_loop():
     try:
         import uvloop
     except ImportError as e:
-        log.warning("uvloop is not available (%s); running on asyncio's event loop", e)
+        event(logging.WARNING, "no-uvloop", "uvloop is not available (%(error)s); running on "
+              "asyncio's event loop", error=str(e))
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
 
 
 class Server:
-    def __init__(self, config, loop):
+    def __init__(self, config, loop, notifier=None):
         self.config = config
         self.loop = loop
         self.verbosity = config.verbosity
+        self._timer = None
         # Each loop turn that read something ends with end_turn (fair turns,
         # one binlog commit, one timer update): called by the busy poller's
         # next look while it polls, else by a loop callback.
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, config.busy_poll_us, self.end_turn)
-            end_turn_soon, ext_stats = self.busy_poll.turn_soon, self.busy_poll.stats
-        else:
-            end_turn_soon = functools.partial(loop.call_soon, self.end_turn)
-            ext_stats = busypoll.stats_lines
         self.binlog = None
-        commit_soon = next_file = None
         if config.binlog_dir is not None:
             self.binlog = Binlog(loop, config.binlog_dir, config.binlog_size,
                                  fsync=config.fsync, fsync_ms=config.fsync_ms)
-            commit_soon, next_file = self.binlog.schedule, self.binlog.next_file
+        # Where the engine's records go: the binlog, or the replication stream
+        # (which mirrors them into the binlog directory with -b).
+        self.replicator = None
+        self._wal = self.binlog
+        self._new_core()
+        if config.replicate:
+            self.replicator = self._wal = Replicator(self, config)
+            if self.binlog is not None:
+                self.binlog.core = self.core
+        # A replicated node serves clients only while it is the primary.
+        self.serving = self.replicator is None
+        self.connections = set()
+        self.listeners = []
+        self.notifier = notifier if notifier is not None else Notifier()
+        self.endpoint = None        # the HTTP endpoint, with --metrics
+        self.phase = "starting"     # then "replaying", "serving", "stopping"
+        self.refused = 0            # connections refused at --max-connections
+        self._stopping = None
+        self._stopped = None        # set when a shutdown has finished
+        self._exit_status = 0
+        self._conn_cap_hit = False
+        self._mem_cap_hit = False
+        self._mem_refused_seen = 0
+        self._periodic = []         # timer handles of _check and _watchdog
+
+    def _new_core(self):
+        config = self.config
+        if self.busy_poll is not None:
+            end_turn_soon = self.busy_poll.turn_soon
+        else:
+            end_turn_soon = functools.partial(self.loop.call_soon, self.end_turn)
+        logged = config.binlog_dir is not None or bool(config.replicate)
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
@@ -55,16 +87,54 @@ class Server:
             version=__version__.encode(),
             arm=self._arm,
             end_turn_soon=end_turn_soon,
-            ext_stats=ext_stats,
-            commit_soon=commit_soon,
-            next_file=next_file,
+            ext_stats=self._ext_stats,
+            commit_soon=self._commit_soon if logged else None,
+            next_file=self._next_file if logged else None,
+            testing=config.testing,
+            drop_others=self._drop_others if config.testing else None,
         )
-        self.connections = set()
-        self.listeners = []
-        self._timer = None
-        self._stopping = None
-        self._stopped = None        # set when a shutdown has finished
-        self._full_logged = False
+
+    # -- the engine's hooks (given once, to every engine this server makes) --------
+
+    def _ext_stats(self):
+        lines = self.busy_poll.stats() if self.busy_poll is not None else busypoll.stats_lines()
+        if self.replicator is not None:
+            lines += self.replicator.stats()
+        return lines
+
+    def _commit_soon(self):
+        self._wal.schedule()
+
+    def _next_file(self, need, replace):
+        return self._wal.next_file(need, replace)
+
+    # -- replication -------------------------------------------------------------
+
+    def set_serving(self, on):
+        """Take clients (primary) or not (standby): a standby accepts a connection
+        and closes it at once, so no client mistakes it for the primary. Going
+        standby closes every client connection; the replies waiting on records
+        never go."""
+        self.serving = on
+        if not on:
+            self.core.set_failed(1 << 63)
+            for proto in list(self.connections):
+                proto.close()
+        self.notifier.status(self._status())
+
+    def reset_core(self):
+        """A standby rebuilds its queue from the stream: start from an empty engine."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._new_core()
+        if self.binlog is not None:
+            self.binlog.core = self.core
+
+    def fatal(self, message):
+        event(logging.ERROR, "fatal", "%(error)s", error=message)
+        self._exit_status = 1
+        self.stop()
 
     # -- connections ---------------------------------------------------------
 
@@ -73,11 +143,12 @@ class Server:
         if self._stopping is not None:
             return False
         if limit is not None and len(self.connections) >= limit:
-            if not self._full_logged:
-                log.warning("connection limit (%d) reached: refusing new connections", limit)
-                self._full_logged = True
+            self.refused += 1
+            if not self._conn_cap_hit:
+                self._conn_cap_hit = True
+                event(logging.WARNING, "connection-cap-reached", "connection limit (%(limit)d) "
+                      "reached: refusing new connections", limit=limit)
             return False
-        self._full_logged = False
         self.connections.add(proto)
         return True
 
@@ -85,13 +156,22 @@ class Server:
         self.connections.discard(proto)
         if self._stopping is not None and not self.connections:
             self._stopping.set()
+        elif self._conn_cap_hit and len(self.connections) < self.config.max_connections:
+            self._conn_cap_hit = False
+            event(logging.INFO, "connection-cap-cleared", "connections below the limit "
+                  "(%(limit)d) again: accepting new connections",
+                  limit=self.config.max_connections, refused=self.refused)
+
+    def _drop_others(self, keep):
+        dropped = [proto.drop(keep) for proto in self.connections]
+        return [conn for conn in dropped if conn is not None]
 
     # -- the engine's timer and turns -------------------------------------------
 
     def end_turn(self):
         self.core.end_turn()
-        if self.binlog is not None:
-            self.binlog.end_of_turn()
+        if self._wal is not None:
+            self._wal.end_of_turn()
 
     def _arm(self, delay):
         if self._timer is not None:
@@ -112,13 +192,41 @@ class Server:
 
     # -- lifecycle -------------------------------------------------------------
 
-    async def start(self, socks):
-        if self.binlog is not None:
-            self.binlog.open(self.core)
+    def readiness(self):
+        """(ready, why): what /readyz answers, and what a load balancer's check
+        should see. A replicated node is ready only while it is the primary."""
+        if self.phase == "replaying":
+            return False, "replaying the binlog"
+        if self.phase != "serving":
+            return False, self.phase
+        if not self.serving:
+            return False, "standby"
+        if self.core.draining:
+            return False, "draining"
+        if self.binlog is not None and self.binlog.failing:
+            return False, "binlog failing"
+        return True, "ready"
+
+    async def start(self, socks, metrics_sock=None):
+        # The HTTP endpoint and the watchdog come first: /readyz answers 503
+        # while the binlog replays, a file at a time between loop turns.
+        if metrics_sock is not None:
+            self.endpoint = Endpoint(self)
+            await self.endpoint.start(metrics_sock)
+        if self.notifier.watchdog_interval:
+            self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
+        if self.replicator is not None:
+            self.replicator.start()         # with -b, the directory mirrors the stream
+        elif self.binlog is not None:
+            self.phase = "replaying"
+            for done, total in self.binlog.opening(self.core):
+                self.notifier.status("replaying the binlog: %d of %d files" % (done, total))
+                self.notifier.extend_start(60)
+                await asyncio.sleep(0)
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
 
         def factory():
-            return cls(self)
+            return cls(self) if self.serving else Refused()
 
         for sock in socks:
             if sock.family == socket.AF_UNIX:
@@ -126,67 +234,133 @@ class Server:
             else:
                 srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG)
             self.listeners.append(srv)
+        if self.config.testing:
+            event(logging.WARNING, "testing", "--testing: fastbean-reset and "
+                  "fastbean-clock-advance are on; never use this flag in production")
         if self.config.max_memory:
-            log.warning("memory cap %d bytes: put answers OUT_OF_MEMORY beyond it "
-                        "(fastbean-stats shows memory-used)", self.config.max_memory)
+            event(logging.INFO, "memory-cap", "memory cap %(max_memory)d bytes: put answers "
+                  "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
+                  max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.stop)
+            self.loop.add_signal_handler(sig, self.stop, sig)
+        self.phase = "serving"
+        self.notifier.ready(self._status())
+        event(logging.INFO, "ready", "serving %(jobs)d jobs", jobs=self.core.current_jobs,
+              pid=os.getpid(), version=__version__)
+        if self.notifier.enabled or self.config.max_memory:
+            self._every(STATUS_INTERVAL, self._check)
 
-    async def serve(self, socks):
+    async def serve(self, socks, metrics_sock=None):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
         self._stopped = self.loop.create_future()
-        await self.start(socks)
+        await self.start(socks, metrics_sock)
         # The CLI blocked these signals before it opened the sockets: clients
         # can connect (and signal) before the loop runs. With the handlers in
         # place, whatever came meanwhile is delivered now instead of lost.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
-        await self._stopped
+        return await self._stopped
+
+    def _every(self, seconds, fn):
+        slot = len(self._periodic)
+        self._periodic.append(None)
+
+        def tick():
+            fn()
+            self._periodic[slot] = self.loop.call_later(seconds, tick)
+
+        self._periodic[slot] = self.loop.call_later(seconds, tick)
+
+    def _status(self):
+        text = "%d jobs, %d connections" % (self.core.current_jobs, len(self.connections))
+        ready, why = self.readiness()
+        return text if ready else "%s; %s" % (text, why)
+
+    def _check(self):
+        # Once a STATUS_INTERVAL: systemd's STATUS line, and the memory cap,
+        # which the engine only counts (puts refused) on its hot path.
+        self.notifier.status(self._status())
+        core, cap = self.core, self.config.max_memory
+        if not cap:
+            return
+        refused = core.mem_refused
+        if refused > self._mem_refused_seen:
+            if not self._mem_cap_hit:
+                self._mem_cap_hit = True
+                event(logging.WARNING, "memory-cap-reached", "memory cap reached: %(memory_used)d "
+                      "of %(max_memory)d bytes held; put answers OUT_OF_MEMORY",
+                      memory_used=core.mem_used, max_memory=cap)
+        elif self._mem_cap_hit:
+            # Cleared: a second without a refusal, and room again for a job of
+            # the largest size (or a tenth of the cap, if that is less).
+            room = min(self.config.max_job_size + 2 + 256, cap // 10)
+            if core.mem_used + room <= cap:
+                self._mem_cap_hit = False
+                event(logging.INFO, "memory-cap-cleared", "memory below the cap again: "
+                      "%(memory_used)d of %(max_memory)d bytes held; %(refused)d puts were refused",
+                      memory_used=core.mem_used, max_memory=cap, refused=refused)
+        self._mem_refused_seen = refused
 
     def drain(self):
         if not self.core.draining:
-            log.warning("entering drain mode")
+            event(logging.WARNING, "drain", "entering drain mode")
         self.core.set_draining()
+        self.notifier.status(self._status())
 
-    def stop(self):
+    def stop(self, sig=signal.SIGTERM):
         if self._stopping is None:
             self._stopping = asyncio.Event()
+            self.phase = "stopping"
+            self.notifier.stopping()
+            event(logging.INFO, "shutdown", "shutting down on %(signal)s: %(connections)d "
+                  "connections, %(jobs)d jobs", signal=signal.Signals(sig).name,
+                  connections=len(self.connections), jobs=self.core.current_jobs)
             self.loop.create_task(self._shutdown())
 
     async def _shutdown(self):
-        log.info("shutting down")
+        for handle in self._periodic:
+            handle.cancel()
         for srv in self.listeners:
             srv.close()
+        if self.replicator is not None:
+            # the replies still waiting on the stream go out before the connections close
+            await self.replicator.finish(SHUTDOWN_GRACE)
         for proto in list(self.connections):
             proto.close()
         if self.connections:
             try:
                 await asyncio.wait_for(self._stopping.wait(), SHUTDOWN_GRACE)
             except asyncio.TimeoutError:
-                log.warning("%d connections still open at exit", len(self.connections))
+                event(logging.WARNING, "shutdown-timeout", "%(connections)d connections still "
+                      "open at exit", connections=len(self.connections))
+        if self.endpoint is not None:       # /readyz said "stopping" until now
+            self.endpoint.close()
         if self.binlog is not None:
             self.binlog.close()
-        self._stopped.set_result(None)
+        self._stopped.set_result(self._exit_status)
 
 
-def main(config, listeners):
+def run(config, listeners, metrics_sock=None):
     """Serve on the given listening sockets until SIGTERM/SIGINT; return the exit status."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_malloc()
     if not prefault_arenas():
-        log.warning("could not start the page-prefault thread; new memory is faulted in on the loop")
+        event(logging.WARNING, "no-prefault", "could not start the page-prefault thread; new "
+              "memory is faulted in on the loop")
     server = Server(config, loop)
-    if config.verbosity:
-        log.info("pid %d", os.getpid())
+    status = 0
     try:
-        loop.run_until_complete(server.serve(listeners))
+        status = loop.run_until_complete(server.serve(listeners, metrics_sock))
     except BinlogLockedError as e:
-        log.error("%s", e)
-        return 10
+        event(logging.ERROR, "binlog-locked", "%(error)s", error=str(e))
+        status = 10
     except BinlogError as e:
-        log.error("%s", e)
-        return 1
+        event(logging.ERROR, "binlog-error", "%(error)s", error=str(e))
+        status = 1
     finally:
         loop.close()
-    return 0
+        server.notifier.close()
+    event(logging.ERROR if status else logging.INFO, "exit", "exiting with status %(status)d",
+          status=status)
+    return status

@@ -7,8 +7,7 @@ import stat
 
 from fastbean.config import BACKLOG, DEFAULT_PORT
 from fastbean.errors import ConfigError
-
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
 
 SD_LISTEN_FDS_START = 3
 UNIX_PATH_MAX = 107
@@ -24,7 +23,8 @@ def raise_nofile_limit():
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError) as e:
-            log.warning("cannot raise the open-files limit to %d: %s", hard, e)
+            event(logging.WARNING, "nofile-limit", "cannot raise the open-files limit to %(limit)d: "
+                  "%(error)s", limit=hard, error=str(e))
 
 
 def _inherited(config):
@@ -40,11 +40,14 @@ def _inherited(config):
     if n < 1:
         return None
     if n > 1:
-        log.warning("inherited %d listen fds; using only fd %d", n, SD_LISTEN_FDS_START)
+        event(logging.WARNING, "socket-activation", "inherited %(fds)d listen fds; using only fd "
+              "%(fd)d", fds=n, fd=SD_LISTEN_FDS_START)
     if config.listen_addr is not None:
-        log.warning("inherited listen fd; ignoring option: -l %s", config.listen_addr)
+        event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: -l "
+              "%(ignored)s", ignored=config.listen_addr)
     if config.port != DEFAULT_PORT:
-        log.warning("inherited listen fd; ignoring option: -p %s", config.port)
+        event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: -p "
+              "%(ignored)s", ignored=config.port)
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as e:
@@ -65,7 +68,8 @@ def _unix(path):
     else:
         if not stat.S_ISSOCK(st.st_mode):
             raise ConfigError("%s exists and is not a socket" % path, 111)
-        log.warning("removing existing local socket to replace it")
+        event(logging.WARNING, "stale-socket", "removing existing local socket to replace it",
+              path=path)
         os.unlink(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -103,17 +107,37 @@ def _tcp(host, port):
     return sock
 
 
+def describe(sock):
+    """A listening socket's address as people write it: host:port, [v6]:port, unix:path."""
+    name = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return "unix:" + (name.decode(errors="replace") if isinstance(name, bytes) else name)
+    if sock.family == socket.AF_INET6:
+        return "[%s]:%d" % (name[0], name[1])
+    return "%s:%d" % (name[0], name[1])
+
+
 def open_listeners(config):
     """The listening sockets for config: inherited, UNIX or TCP."""
     sock = _inherited(config)
+    inherited = sock is not None
     if sock is None:
         addr = config.listen_addr
         if addr is not None and addr.startswith("unix:"):
             sock = _unix(addr[5:])
         else:
             sock = _tcp(addr or None, config.port)
-    log.info("bind %d %s", sock.fileno(), sock.getsockname())
+    event(logging.INFO, "bind", "listening on %(address)s" + (" (socket activation)" if inherited else ""),
+          address=describe(sock), fd=sock.fileno(), inherited=inherited)
     return [sock]
+
+
+def open_metrics(config):
+    """The HTTP endpoint's listening socket (--metrics)."""
+    try:
+        return _tcp(config.metrics_host, config.metrics_port)
+    except ConfigError as e:
+        raise ConfigError("--metrics: %s" % e, e.status) from None
 
 
 def drop_privileges(user):

@@ -48,6 +48,22 @@ def _strtol(s):
     return neg, v
 
 
+def _seconds_ns(s):
+    # "SECONDS[.FRACTION]", at most nine fraction digits -> nanoseconds, or None
+    r = _uint(s, U32)
+    if r is None:
+        return None
+    whole, rest = r
+    frac = b""
+    if rest[:1] == b".":
+        frac, rest = rest[1:], b""
+        if not (1 <= len(frac) <= 9 and all(48 <= c <= 57 for c in frac)):
+            return None
+    if rest:
+        return None
+    return whole * 10**9 + int(frac.ljust(9, b"0") or b"0")
+
+
 def _name_ok(n):
     return 1 <= len(n) <= 200 and n[:1] != b"-" and all(c in NAME_CHARS for c in n)
 
@@ -138,6 +154,12 @@ def parse_line(line):
         return ("pause-tube", None if _name_ok(name) else "BAD_FORMAT", name, v)
     if line.startswith(b"fastbean-stats"):
         return ("fastbean-stats", None) if line == b"fastbean-stats" else B
+    if line.startswith(b"fastbean-reset"):
+        return ("fastbean-reset", None if line == b"fastbean-reset" else "BAD_FORMAT")
+    if line.startswith(b"fastbean-clock-advance "):
+        ns = _seconds_ns(line[23:])
+        return ("fastbean-clock-advance", "BAD_FORMAT") if ns is None else (
+            "fastbean-clock-advance", None, ns)
     return ("UNKNOWN_COMMAND", None)
 
 

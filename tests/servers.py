@@ -57,7 +57,7 @@ def server_cmd(kind, port):
 class Server:
     """One server process on 127.0.0.1:port, stopped by its PID."""
 
-    def __init__(self, kind, proc, port, log, cmd, tmpdir=None):
+    def __init__(self, kind, proc, port, log, cmd=None, tmpdir=None):
         self.kind, self.proc, self.port, self._log, self.cmd = kind, proc, port, log, cmd
         self.started = time.monotonic()
         self._tmpdir = tmpdir

@@ -447,47 +447,6 @@ def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
     s.stop()
 
 
-FAILING_FDATASYNC = r"""
-/* LD_PRELOAD shim: fdatasync fails with EIO while the file named by
- * FASTBEAN_TEST_EIO exists, as a dying disk's would. With FASTBEAN_TEST_EIO_ONCE
- * set, only one call fails, after 300 ms, and removes the file. */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <unistd.h>
-int fdatasync(int fd)
-{
-    const char *flag = getenv("FASTBEAN_TEST_EIO");
-    if (flag && getenv("FASTBEAN_TEST_EIO_ONCE")) {
-        if (unlink(flag) == 0) {
-            usleep(300000);
-            errno = EIO;
-            return -1;
-        }
-    } else if (flag && access(flag, F_OK) == 0) {
-        errno = EIO;
-        return -1;
-    }
-    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    return real(fd);
-}
-"""
-
-
-@pytest.fixture
-def failing_fsync(tmp_path, monkeypatch):
-    """Servers started from now on fail fdatasync while the returned file exists."""
-    src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
-    src.write_text(FAILING_FDATASYNC)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
-    # after whatever is preloaded already (make asan's runtime must stay first)
-    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
-    monkeypatch.setenv("LD_PRELOAD", preload)
-    monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
-    return flag
-
-
 def test_fsync_errors_never_acknowledge(tmp_path, failing_fsync):
     # With -f 0 a reply says the change is on disk. When the fsync fails, the
     # clients waiting on it are hung up on instead; the server stays up, logs
@@ -592,3 +551,64 @@ def test_directory_written_by_fastbean_replays_in_beanstalkd(tmp_path):
                {k: v[:5] + v[6:] for k, v in before.items()}
         assert c.put(b"next") == max(ids) + 1
     b.kill()
+
+
+# -- counters after a replay, against the real beanstalkd ------------------------
+
+def _after_crash_replay(kind, d):
+    """Jobs in several states and tubes, kill -9, start again on the same
+    directory, then logged writes of every kind; the binlog counters and job
+    stats seen along the way."""
+    seen = []
+    s = Server.start(kind, "-b", str(d))
+    with Client(s.port) as c:
+        c.use("one")
+        for k in range(5):
+            c.put(b"job%d" % k, pri=k, delay=(100 if k == 4 else 0))
+        c.use("two")
+        c.put(b"other")
+        c.watch("one")
+        c.watch("two")
+        for jid in (1, 2, 6):
+            c.reserve_job(jid)
+        c.cmd(b"bury 2 9", b"BURIED")
+        c.cmd(b"bury 6 3", b"BURIED")
+        c.cmd(b"release 1 4 200", b"RELEASED")
+    s.kill()
+    s = Server.start(kind, "-b", str(d))
+    try:
+        with Client(s.port) as c:
+            c.watch("one")
+            c.watch("two")
+            steps = [b"stats-tube one", b"kick 1", b"delete 3", b"kick 10", b"kick-job 5",
+                     b"reserve-job 4", b"release 4 1 300", b"reserve-job 1", b"bury 1 0",
+                     b"use one", b"put 0 0 5 1\r\nz", b"delete 6"]
+            for line in steps:
+                reply = c.cmd(line)
+                if reply.startswith(b"RESERVED"):
+                    c.body(int(reply.split()[2]))
+                if reply.startswith(b"OK"):
+                    c.body(int(reply.split()[1]))
+                st = c.stats()
+                jobs = {j: {k: v for k, v in (c.stats_job(j) or {}).items()
+                            if k not in ("age", "time-left", "file", "buries")}
+                        for j in range(1, 8)}
+                seen.append((line, reply, st["binlog-records-written"],
+                             st["binlog-records-migrated"], st["current-jobs-ready"],
+                             st["current-jobs-buried"], st["current-jobs-delayed"], jobs))
+    finally:
+        s.stop()
+    return seen
+
+
+def test_binlog_counters_after_a_crash_replay_match_beanstalkd(tmp_path):
+    # A file left by a crash is still its full preallocated size; the records
+    # in it, not its size, decide whether replayed jobs get re-logged.
+    # (buries is left out: see the compatibility notes.)
+    got = {}
+    for kind in ("beanstalkd", "fastbean"):
+        d = tmp_path / kind
+        d.mkdir()
+        got[kind] = _after_crash_replay(kind, d)
+    for ref, ours in zip(got["beanstalkd"], got["fastbean"]):
+        assert ours == ref

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.servers import BEANSTALKD, Server
+from tests.servers import BEANSTALKD, FUZZ, Server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -192,6 +192,47 @@ SCRIPTS = {
         (1, b"reserve-with-timeout 0\r\n"), (1, b"stats\r\n"), (3, b"quit\r\n", False),
         (2, b"stats\r\n"), (1, b"quit\r\n", False), (2, b"stats\r\nstats-tube t\r\n"),
     ],
+    # A closing connection gives its reservations back oldest first, each one
+    # offered to the waiters at once (beanstalkd's enqueue_reserved_jobs).
+    "close_releases_oldest_first": [
+        (1, put(b"p9", pri=9) + put(b"p5", pri=5) + put(b"p1", pri=1) + put(b"p7", pri=7)),
+        (2, b"reserve\r\nreserve\r\nreserve\r\n"),
+        (3, b"reserve\r\n", False, 0.1), (4, b"reserve\r\n", False, 0.1),
+        (2, b"quit\r\n", False), (3, b"", False, 0.2), (4, b"", False, 0.2),
+        (1, b"peek-ready\r\nstats-tube default\r\nstats\r\n"),
+    ],
+    # A job released and reserved again goes to the end of the list.
+    "close_releases_rereserved_last": [
+        (1, put(b"a") + put(b"b") + put(b"c") + put(b"d")),
+        (2, b"reserve\r\nreserve\r\nreserve\r\nrelease 2 0 0\r\nrelease 1 0 0\r\n"),
+        (2, b"reserve\r\nreserve\r\n"),
+        (3, b"reserve\r\n", False, 0.1), (4, b"reserve\r\n", False, 0.1),
+        (5, b"reserve\r\n", False, 0.1),
+        (2, b"quit\r\n", False), (3, b"", False, 0.2), (4, b"", False, 0.2), (5, b"", False, 0.2),
+        (1, b"peek-ready\r\n"),
+    ],
+    # The waiters watch other tubes than the closing holder reserved from.
+    "close_releases_across_tubes": [
+        (1, b"use x\r\n" + put(b"x1", pri=3) + put(b"x2", pri=1) + b"use y\r\n" + put(b"y1", pri=2)),
+        (2, b"watch x\r\nwatch y\r\nreserve\r\nreserve\r\nreserve\r\n"),
+        (3, b"watch y\r\nignore default\r\nreserve\r\n", False, 0.1),
+        (4, b"watch x\r\nreserve\r\n", False, 0.1),
+        (2, b"quit\r\n", False), (3, b"", False, 0.2), (4, b"", False, 0.2),
+        (1, b"list-tubes\r\nstats-tube x\r\nstats-tube y\r\npeek-ready\r\n"),
+    ],
+    # Tubes that die with a connection leave the tube list in the order
+    # beanstalkd destroys them: watch entry 0 removed with swap-with-last, over
+    # and over, then the used tube; each removal from the list swaps too.
+    "close_collects_tubes_in_order": [
+        (1, b"watch w1\r\nwatch w2\r\n"), (2, b"watch k1\r\nwatch k2\r\n"), (1, b"use w3\r\n"),
+        (2, b"use k3\r\nlist-tubes\r\n"), (1, b"quit\r\n", False), (2, b"list-tubes\r\n"),
+        (1, b"watch w1\r\n"), (2, b"watch k1\r\n"), (1, b"watch w2\r\nwatch w3\r\n"),
+        (2, b"use k2\r\n"), (1, b"use w4\r\nwatch w5\r\n"), (2, b"watch k3\r\n"),
+        (1, b"watch w6\r\nignore w2\r\n"), (2, b"list-tubes\r\n"),
+        (1, b"quit\r\n", False), (2, b"list-tubes\r\nlist-tubes-watched\r\n"),
+        (3, b"watch a\r\nwatch b\r\nwatch c\r\nuse d\r\n"), (2, b"watch b\r\n"),
+        (3, b"quit\r\n", False), (2, b"list-tubes\r\n"),
+    ],
 }
 
 
@@ -247,3 +288,47 @@ def test_random_session(seed):
         conn = rnd.randint(1, 3)
         script.append((conn, random_command(rnd, 12)))
     assert_same(script)
+
+
+def random_close_session(rnd):
+    """Holders reserve from several tubes, waiters block on others, holders
+    close; then the tubes, ready jobs and tube stats are compared. Everyone
+    also watches tubes of its own, created interleaved, so that tubes die with
+    their connections and the survivors' order in list-tubes shows."""
+    tubes = [b"t%d" % i for i in range(4)]
+    script = []
+    for _ in range(rnd.randint(4, 12)):
+        script.append((9, b"use %s\r\n" % rnd.choice(tubes) +
+                       put(b"j", pri=rnd.choice([0, 1, 5, 1024]), delay=rnd.choice([0, 0, 0, 1]))))
+    holders = rnd.sample([1, 2, 3], rnd.randint(1, 3))
+    waiters = rnd.sample([4, 5, 6, 7], rnd.randint(1, 4))
+    setup = []
+    for k in holders + waiters:
+        names = rnd.sample(tubes, rnd.randint(1, 3)) + [b"c%d.%d" % (k, i) for i in range(rnd.randint(0, 3))]
+        setup += [(k, b"watch %s\r\n" % t) for t in names]
+        if rnd.random() < 0.4:
+            setup.append((k, b"use c%d.u\r\n" % k))
+        if rnd.random() < 0.3:
+            setup.append((k, b"ignore %s\r\n" % rnd.choice(names + [b"default"])))
+    rnd.shuffle(setup)
+    script += setup
+    for h in holders:
+        for _ in range(rnd.randint(1, 5)):
+            script.append((h, rnd.choice([b"reserve-with-timeout 0\r\n"] * 4 + [
+                b"release %d %d 0\r\n" % (rnd.randint(1, 12), rnd.choice([0, 7]))])))
+    for w in waiters:
+        script.append((w, b"reserve\r\n", False, 0.05))
+    for h in rnd.sample(holders, len(holders)):
+        script.append((h, b"quit\r\n", False))
+    for w in waiters:
+        script.append((w, b"", False, 0.1))
+    script.append((8, b"list-tubes\r\n"))
+    for t in tubes:
+        script.append((8, b"use %s\r\npeek-ready\r\nstats-tube %s\r\n" % (t, t)))
+    script.append((8, b"stats\r\n"))
+    return script
+
+
+@pytest.mark.parametrize("seed", range(12 * FUZZ))
+def test_random_close_session(seed):
+    assert_same(random_close_session(random.Random(seed)))

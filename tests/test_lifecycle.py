@@ -149,3 +149,60 @@ def test_version_and_help_streams():
     assert p.stdout.startswith("fastbean ") and p.stderr == ""
     p = subprocess.run(fastbean_cmd() + ["-h"], capture_output=True, text=True, timeout=30)
     assert "-b DIR" in p.stderr and p.stdout == ""
+
+
+def _started(cmd, argv, tmp_path):
+    """(exit status and first stderr line) of a server that refused to start,
+    or the stats values the flags set, of one that did."""
+    port = free_port()
+    p = subprocess.Popen(cmd + ["-l", "127.0.0.1", "-p", str(port)] + argv,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if p.poll() is not None:
+                    err = p.stderr.read().decode().splitlines()[0]
+                    return p.returncode, err.split(": ", 1)[1]
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        with Client(port) as c:
+            st = c.stats()
+            return st["max-job-size"], st["binlog-max-size"]
+    finally:
+        if p.poll() is None:
+            p.terminate()
+        p.wait()
+        p.stderr.close()
+
+
+@pytest.mark.parametrize("argv", [
+    ["-z", "-1"], ["-z", "+5"], ["-z", " \t7"], ["-z", "7 "], ["-z", "0x10"], ["-z", ""],
+    ["-z", "0"], ["-z", "99999999999999999999999"], ["-z", "-18446744073709551615"],
+    ["-z", "\u0663"], ["-z", "- 5"], ["-z", "--5"],
+    ["-s", "-1"], ["-s", "4294967297"], ["-s", "2147483648"], ["-s", "+9"], ["-s", "x"],
+    ["-f", "-1"], ["-f", "+5"], ["-f", " 3"], ["-f", "x"], ["-f", "1.5"],
+])
+def test_number_flags_parse_as_in_beanstalkd(argv, tmp_path):
+    # beanstalkd reads -z, -s and -f with sscanf("%zu%c"): blanks and a sign
+    # before the digits are fine, a negative number wraps (-z -1 is the
+    # largest size), -s is kept in an int; a service file may rely on any of it.
+    if argv[0] in ("-s", "-f"):
+        argv = argv + ["-b", str(tmp_path)]
+    ours = _started(fastbean_cmd(), argv, tmp_path)
+    for f in tmp_path.iterdir():
+        f.unlink()
+    assert ours == _started(["beanstalkd"], argv, tmp_path)
+
+
+def test_negative_fsync_interval_syncs_every_write():
+    # beanstalkd multiplies -f's int64 by 10**6: at or below zero it syncs
+    # after every write, as -f 0 does.
+    from fastbean.cli import parse_args
+    assert parse_args(["-f", "-1"]).fsync_ms == 0
+    assert parse_args(["-f", "18446744073709551615"]).fsync_ms == 0
+    assert parse_args(["-f", "+7"]).fsync_ms == 7
+    assert parse_args(["-F", "-f", "5"]).fsync

@@ -84,10 +84,10 @@ WORDS = [b"put ", b"peek ", b"peek-ready", b"peek-delayed", b"peek-buried", b"re
          b"reserve-with-timeout ", b"reserve-job ", b"delete ", b"release ", b"bury ", b"kick ",
          b"kick-job ", b"touch ", b"stats", b"stats-job ", b"stats-tube ", b"use ", b"watch ",
          b"ignore ", b"list-tubes", b"list-tube-used", b"list-tubes-watched", b"pause-tube",
-         b"quit", b"fastbean-stats"]
+         b"quit", b"fastbean-stats", b"fastbean-reset", b"fastbean-clock-advance "]
 PIECES = [b"0", b"1", b"5", b"42", b"-1", b"+3", b"4294967295", b"4294967296",
           b"18446744073709551616", b" ", b"  ", b"\t", b"x", b"foo", b"-x", b"a" * 120,
-          b"\r", b"\n", b"\0", b"\r\n"]
+          b"\r", b"\n", b"\0", b"\r\n", b".", b".5", b".123456789", b".0000000001"]
 
 line_st = st.builds(lambda w, ps: w + b"".join(ps) + b"\r\n",
                     st.sampled_from(WORDS), st.lists(st.sampled_from(PIECES), max_size=6))
@@ -116,3 +116,20 @@ def test_reference_parses_lines_like_beanstalkd_table():
     assert parse_line(b"quit now") == ("quit", None)
     assert parse_line(b"kick\t1") == ("UNKNOWN_COMMAND", None)
     assert parse_line(b"pause-tubedefault 5") == ("pause-tube", None, b"default", 5)
+
+
+def test_test_only_commands_parse():
+    # malformed ones keep their op (with BAD_FORMAT attached) so that a server
+    # without --testing can answer UNKNOWN_COMMAND to them like beanstalkd
+    data = (b"fastbean-clock-advance 3600\r\nfastbean-clock-advance 0.5\r\n"
+            b"fastbean-clock-advance 1.000000001\r\nfastbean-clock-advance 4294967295.999999999\r\n"
+            b"fastbean-clock-advance -1\r\nfastbean-clock-advance 1.\r\n"
+            b"fastbean-clock-advance 1.0000000001\r\nfastbean-clock-advance 4294967296\r\n"
+            b"fastbean-reset\r\nfastbean-reset now\r\nfastbean-resets\r\nfastbean-clock-advance\r\n")
+    A = "fastbean-clock-advance"
+    want = [(A, None, 3600 * 10**9), (A, None, 5 * 10**8), (A, None, 10**9 + 1),
+            (A, None, 4294967295999999999), (A, "BAD_FORMAT"), (A, "BAD_FORMAT"),
+            (A, "BAD_FORMAT"), (A, "BAD_FORMAT"), ("fastbean-reset", None),
+            ("fastbean-reset", "BAD_FORMAT"), ("fastbean-reset", "BAD_FORMAT"),
+            ("UNKNOWN_COMMAND", None)]
+    assert compiled([data]) == want == reference([data])

@@ -1,0 +1,387 @@
+"""The HTTP endpoint (--metrics): /metrics in Prometheus' text format, /healthz, /readyz.
+
+It runs on the server's own event loop, so a scrape reads the engine's state
+where it lives, between two loop turns. Its cost to the queue is bounded:
+one request per connection per loop turn, at most HTTP_MAX_CONNECTIONS
+connections, per-tube series only for the --metrics-tubes tubes holding the
+most jobs (found in one pass in compiled code), and request heads, slow
+senders and slow readers limited by size and time (config.py).
+"""
+import asyncio
+import logging
+import os
+import platform
+
+from fastbean import __version__
+from fastbean._core import TUBE_KEYS, TUBE_SUMMED, latency_histograms, stats_text, tube_rows
+from fastbean.config import HTTP_IDLE_TIMEOUT, HTTP_LINGER, HTTP_MAX_CONNECTIONS, HTTP_MAX_HEAD, HTTP_REQUEST_TIMEOUT
+from fastbean.logs import event
+from fastbean.sockets import describe
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# `*` cannot appear in a tube name, so this label value never names a real tube.
+OTHER_TUBES = "*other*"
+# stats keys that are not numbers (fastbean_build_info has the version), or
+# not about the queue; the beanstalkd exporter leaves out pid, id and hostname too.
+SKIPPED_STATS = frozenset({"pid", "version", "id", "hostname", "os", "platform"})
+
+STATS_HELP = {
+    "current-jobs-urgent": "Ready jobs with priority < 1024.",
+    "current-jobs-ready": "Jobs in the ready queues.",
+    "current-jobs-reserved": "Jobs reserved by some client.",
+    "current-jobs-delayed": "Delayed jobs.",
+    "current-jobs-buried": "Buried jobs.",
+    "job-timeouts": "Reservations that ended because their TTR ran out.",
+    "total-jobs": "Jobs created since start.",
+    "max-job-size": "Largest job body accepted, in bytes (-z).",
+    "current-tubes": "Tubes that exist.",
+    "current-connections": "Open client connections.",
+    "current-producers": "Open connections that have sent a put.",
+    "current-workers": "Open connections that have sent a reserve.",
+    "current-waiting": "Connections blocked in a reserve.",
+    "total-connections": "Connections accepted since start.",
+    "rusage-utime": "User CPU time of the process, in seconds.",
+    "rusage-stime": "System CPU time of the process, in seconds.",
+    "uptime": "Seconds since the server started.",
+    "binlog-oldest-index": "Number of the oldest binlog file in use.",
+    "binlog-current-index": "Number of the binlog file being written.",
+    "binlog-records-migrated": "Binlog records rewritten by compaction.",
+    "binlog-records-written": "Binlog records written.",
+    "binlog-max-size": "Size of each binlog file, in bytes (-s).",
+    "draining": "1 while in drain mode (SIGUSR1): puts are refused.",
+}
+TUBE_HELP = {
+    "current-jobs-urgent": "Ready jobs with priority < 1024 in the tube.",
+    "current-jobs-ready": "Ready jobs in the tube.",
+    "current-jobs-reserved": "Reserved jobs of the tube.",
+    "current-jobs-delayed": "Delayed jobs in the tube.",
+    "current-jobs-buried": "Buried jobs in the tube.",
+    "total-jobs": "Jobs created in the tube since start.",
+    "current-using": "Connections using the tube.",
+    "current-watching": "Connections watching the tube.",
+    "current-waiting": "Connections blocked in a reserve on the tube.",
+    "cmd-delete": "delete commands run on the tube's jobs.",
+    "cmd-pause-tube": "pause-tube commands run on the tube.",
+    "pause": "Seconds of the tube's current pause; 0 when not paused.",
+    "pause-time-left": "Seconds left in the tube's pause.",
+}
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           408: "Request Timeout", 431: "Request Header Fields Too Large",
+           503: "Service Unavailable", 505: "HTTP Version Not Supported"}
+PATHS = ("/metrics", "/healthz", "/readyz")
+
+
+# -- the exposition --------------------------------------------------------------
+
+def _label(value):
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _help(text):
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _num(v):
+    if isinstance(v, float):
+        return repr(v) if v == v and abs(v) != float("inf") else ("+Inf" if v > 0 else "NaN")
+    return str(v)
+
+
+def _metric(out, name, kind, help_text, samples):
+    """One metric family: HELP, TYPE, then `name{labels} value` per sample."""
+    out.append("# HELP %s %s\n# TYPE %s %s\n" % (name, _help(help_text), name, kind))
+    for labels, value in samples:
+        out.append("%s%s %s\n" % (name, labels, _num(value)))
+
+
+def _histogram(out, name, help_text, bounds, series):
+    """series: (label text without braces, per-bucket counts with +Inf last, sum)."""
+    out.append("# HELP %s %s\n# TYPE %s histogram\n" % (name, _help(help_text), name))
+    les = ['le="%s"' % _num(b) for b in bounds] + ['le="+Inf"']
+    for labels, counts, total in series:
+        pre = labels + "," if labels else ""
+        cum = 0
+        for le, n in zip(les, counts):
+            cum += n
+            out.append("%s_bucket{%s%s} %d\n" % (name, pre, le, cum))
+        tail = "{%s}" % labels if labels else ""
+        out.append("%s_sum%s %s\n%s_count%s %d\n" % (name, tail, _num(total), name, tail, cum))
+
+
+def _resident_bytes():
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def exposition(server):
+    """The /metrics document for server, as bytes."""
+    core, out = server.core, []
+
+    # Every number `stats` shows, named as the beanstalkd exporter names them.
+    for line in stats_text(core).decode("utf-8", "replace").split("\n")[1:]:
+        key, _, value = line.partition(": ")
+        if not key or key in SKIPPED_STATS:
+            continue
+        if key == "draining":
+            value = 1 if value == "true" else 0
+        help_text = STATS_HELP.get(key) or "%s commands run." % key[4:]
+        _metric(out, key.replace("-", "_"), "gauge", help_text, [("", value)])
+
+    # stats-tube per tube, for the tubes holding the most jobs; the rest summed.
+    rows, rest = tube_rows(core, server.config.metrics_tubes)
+    tubes = ['{tube="%s"}' % _label(row[0].decode("latin-1")) for row in rows]
+    for i, key in enumerate(TUBE_KEYS):
+        samples = [(tube, row[i + 1]) for tube, row in zip(tubes, rows)]
+        if rest[0] and i < TUBE_SUMMED:
+            samples.append(('{tube="%s"}' % OTHER_TUBES, rest[i + 1]))
+        _metric(out, "tube_" + key.replace("-", "_"), "gauge", TUBE_HELP[key], samples)
+    _metric(out, "fastbean_tubes_folded", "gauge",
+            "Tubes beyond --metrics-tubes, summed in the tube=\"%s\" series." % OTHER_TUBES,
+            [("", rest[0])])
+
+    # What only the server knows.
+    loop = type(server.loop).__module__.split(".")[0]
+    _metric(out, "fastbean_build_info", "gauge", "Version of the server; always 1.",
+            [('{version="%s",python="%s",loop="%s"}' % (
+                _label(__version__), _label(platform.python_version()), _label(loop)), 1)])
+    ready, _ = server.readiness()
+    _metric(out, "fastbean_ready", "gauge", "1 when /readyz answers 200.", [("", int(ready))])
+    _metric(out, "fastbean_memory_used_bytes", "gauge",
+            "Memory held by jobs, as --max-memory counts it (body + 256 bytes per job).",
+            [("", core.mem_used)])
+    _metric(out, "fastbean_memory_max_bytes", "gauge", "The --max-memory cap; 0 when there is none.",
+            [("", core.max_memory)])
+    rss = _resident_bytes()
+    if rss is not None:
+        _metric(out, "fastbean_resident_memory_bytes", "gauge", "Resident set size of the process.",
+                [("", rss)])
+    _metric(out, "fastbean_puts_refused_memory_total", "counter",
+            "Puts answered OUT_OF_MEMORY because of --max-memory.", [("", core.mem_refused)])
+    _metric(out, "fastbean_connections_refused_total", "counter",
+            "Connections refused because of --max-connections.", [("", server.refused)])
+    _metric(out, "fastbean_busy_poll_seconds_total", "counter",
+            "Time the loop spent busy polling without a read arriving (--busy-poll).",
+            [("", server.busy_poll.idle_ns / 1e9 if server.busy_poll is not None else 0.0)])
+    bounds, families = latency_histograms(core)
+    _histogram(out, "fastbean_reply_latency_seconds",
+               "From the read that carried a command to the write of its reply, per command "
+               "family (a reserve's wait for a job is not counted).",
+               bounds, [('family="%s"' % name, counts, total) for name, counts, total in families])
+
+    binlog = server.binlog
+    if binlog is not None:
+        _metric(out, "fastbean_binlog_disk_bytes", "gauge",
+                "Bytes of binlog files on disk (the current file as preallocated).",
+                [("", binlog.disk_bytes)])
+        _metric(out, "fastbean_binlog_files", "gauge", "Binlog files on disk.",
+                [("", len(binlog.files))])
+        _metric(out, "fastbean_binlog_errors_total", "counter",
+                "Failed binlog writes, fsyncs and file creations.", [("", binlog.errors)])
+        _metric(out, "fastbean_binlog_failing", "gauge",
+                "1 from a binlog error until writes (and fsyncs) succeed again.",
+                [("", int(binlog.failing))])
+        hist = binlog.histograms()
+        if hist is not None:
+            b, counts, total = hist["fsync"]
+            _histogram(out, "fastbean_binlog_fsync_seconds", "Duration of each binlog fdatasync.",
+                       b, [("", counts, total)])
+            b, counts, total = hist["group"]
+            _histogram(out, "fastbean_binlog_group_commit_records",
+                       "Binlog records each fdatasync made durable.", b, [("", counts, total)])
+    return "".join(out).encode()
+
+
+# -- HTTP --------------------------------------------------------------------------
+
+class Endpoint:
+    """The listening socket and the connections of the HTTP endpoint."""
+
+    def __init__(self, server):
+        self.server = server
+        self.conns = set()
+        self._srv = None
+
+    async def start(self, sock):
+        self._srv = await self.server.loop.create_server(lambda: HttpProtocol(self), sock=sock)
+        event(logging.INFO, "metrics", "metrics and health endpoints on http://%(address)s/",
+              address=describe(sock))
+
+    def close(self):
+        if self._srv is not None:
+            self._srv.close()
+        for conn in list(self.conns):
+            conn.abort()
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One HTTP/1.x connection: GET or HEAD of PATHS, keep-alive, one request per loop turn."""
+
+    def __init__(self, endpoint):
+        self._ep = endpoint
+        self._loop = endpoint.server.loop
+        self._transport = None
+        self._buf = b""
+        self._timer = None
+        self._closing = False
+        self._write_paused = False
+        self._queued = False
+        self._read_paused = False
+
+    # -- transport callbacks
+
+    def connection_made(self, transport):
+        self._transport = transport
+        if len(self._ep.conns) >= HTTP_MAX_CONNECTIONS:
+            self._respond(503, b"too many connections\n", close=True)
+            return
+        self._ep.conns.add(self)
+        self._arm(HTTP_IDLE_TIMEOUT)
+
+    def data_received(self, data):
+        if self._closing:
+            return          # lingering after an answer that closes: dropped unread
+        if not self._buf:
+            self._arm(HTTP_REQUEST_TIMEOUT)     # a request begins: it has this long to arrive
+        self._buf += data
+        if not self._queued:
+            self._serve_one()
+
+    def eof_received(self):
+        if self._closing:
+            self._transport.close()
+        return False
+
+    def connection_lost(self, exc):
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._ep.conns.discard(self)
+
+    def pause_writing(self):
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self):
+        self._write_paused = False
+        self._update_reading()
+        if self._buf and not self._queued and not self._closing:
+            self._serve_one()
+
+    def abort(self):
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- requests
+
+    def _arm(self, seconds):
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(seconds, self._timed_out)
+
+    def _timed_out(self):
+        self._timer = None
+        if self._buf and not self._write_paused and not self._closing:
+            self._respond(408, b"request not received in time\n", close=True)
+        else:
+            self.abort()
+
+    def _update_reading(self):
+        want = self._closing or not (self._write_paused or self._queued)
+        if want == self._read_paused and not self._transport.is_closing():
+            self._read_paused = not want
+            if want:
+                self._transport.resume_reading()
+            else:
+                self._transport.pause_reading()
+
+    def _serve_one(self):
+        if self._closing or self._write_paused:
+            return
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n", 0, HTTP_MAX_HEAD + 4)
+        if end < 0:
+            if len(buf) > HTTP_MAX_HEAD:
+                self._respond(431, b"request head over %d bytes\n" % HTTP_MAX_HEAD, close=True)
+            return
+        self._buf = buf[end + 4:]
+        self._answer(buf[:end])
+        if self._closing:
+            return
+        self._arm(HTTP_REQUEST_TIMEOUT if self._buf else HTTP_IDLE_TIMEOUT)
+        if self._buf:
+            # Pipelined: the next request waits for the next loop turn.
+            self._queued = True
+            self._update_reading()
+            self._loop.call_soon(self._dequeue)
+
+    def _dequeue(self):
+        self._queued = False
+        if not self._closing:
+            self._update_reading()
+            self._serve_one()
+
+    def _answer(self, head):
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not parts[0].isalpha() or not parts[0].isupper():
+            return self._respond(400, b"malformed request line\n", close=True)
+        method, target, version = parts
+        if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+            if version.startswith(b"HTTP/"):
+                return self._respond(505, b"HTTP/1.0 and HTTP/1.1 only\n", close=True)
+            return self._respond(400, b"malformed request line\n", close=True)
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip() or not name.isascii():
+                return self._respond(400, b"malformed header\n", close=True)
+            headers[name.lower()] = value.strip()
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit():
+            return self._respond(400, b"bad Content-Length\n", close=True)
+        # No endpoint takes a body: one sent cannot be told from the next
+        # request, so answer, then close.
+        has_body = int(length) > 0 or b"transfer-encoding" in headers
+        conn = headers.get(b"connection", b"").lower()
+        keep = (b"close" not in conn) if version == b"HTTP/1.1" else (b"keep-alive" in conn)
+        close = has_body or not keep
+        if target.startswith((b"http://", b"https://")):
+            target = b"/" + target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"/"
+        path = target.split(b"?", 1)[0].decode("latin-1")
+        if path not in PATHS:
+            return self._respond(404, b"not found: try /metrics, /healthz or /readyz\n", close=close)
+        if method not in (b"GET", b"HEAD"):
+            return self._respond(405, b"GET or HEAD only\n", close=close, allow=True)
+        head_only = method == b"HEAD"
+        if path == "/metrics":
+            return self._respond(200, exposition(self._ep.server), CONTENT_TYPE, head_only, close)
+        if path == "/healthz":
+            return self._respond(200, b"ok\n", head_only=head_only, close=close)
+        ready, why = self._ep.server.readiness()
+        self._respond(200 if ready else 503, why.encode() + b"\n", head_only=head_only, close=close)
+
+    def _respond(self, status, body, ctype="text/plain; charset=utf-8", head_only=False,
+                 close=False, allow=False):
+        head = "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+            status, REASONS[status], ctype, len(body), "Allow: GET, HEAD\r\n" if allow else "",
+            "Connection: close\r\n" if close else "")
+        self._transport.write(head.encode() + (b"" if head_only else body))
+        if close:
+            # Closing with request bytes unread would send a reset, which can
+            # destroy the answer before the client reads it. So send FIN after
+            # the answer, drop what still comes, and close a moment later.
+            self._closing = True
+            self._buf = b""
+            if self._read_paused:
+                self._read_paused = False
+                self._transport.resume_reading()
+            if self._transport.can_write_eof():
+                self._transport.write_eof()
+                self._arm(HTTP_LINGER)
+            else:
+                self._transport.close()

@@ -1,0 +1,78 @@
+"""The pytest plugin: a session's fastbean server, reset for each test, with a clock tests move.
+
+Loaded through the pytest11 entry point; nothing starts until a test asks
+for a fixture, so installing fastbean costs other test suites nothing.
+"""
+import os
+import shlex
+
+import pytest
+
+from fastbean.errors import ServerStartError
+from fastbean.testing import server
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("fastbean", "fastbean server for tests (fixtures fastbean, "
+                                        "fastbean_clock, fastbean_server)")
+    group.addoption("--fastbean-binlog", metavar="DIR", default=None,
+                    help="keep the test server's binlog in DIR (ini: fastbean_binlog)")
+    group.addoption("--fastbean-args", metavar="ARGS", default=None,
+                    help="extra flags for the test server, as one shell-quoted string "
+                         "(ini: fastbean_args)")
+    group.addoption("--fastbean-unix-socket", action="store_true", default=None,
+                    help="serve on a UNIX socket instead of a loopback port "
+                         "(ini: fastbean_unix_socket)")
+    parser.addini("fastbean_binlog", "the test server's binlog directory, relative to the "
+                                     "rootdir (default: no binlog)", default="")
+    parser.addini("fastbean_args", "extra flags for the test server", type="args", default=[])
+    parser.addini("fastbean_unix_socket", "serve on a UNIX socket", type="bool", default=False)
+
+
+def _binlog_dir(config):
+    path = config.getoption("fastbean_binlog")
+    if path is None:
+        path = config.getini("fastbean_binlog")
+        if not path:
+            return None
+        path = os.path.join(str(config.rootpath), path)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker:
+        path = os.path.join(path, worker)     # pytest-xdist: one binlog (and lock) per worker
+    return os.path.abspath(path)
+
+
+@pytest.fixture(scope="session")
+def fastbean_server(request):
+    """The session's fastbean server (started with --testing): host, port, url,
+    address, pid, clock, reset(). Not reset between tests: ask for `fastbean`."""
+    config = request.config
+    args = config.getoption("fastbean_args")
+    args = shlex.split(args) if args is not None else config.getini("fastbean_args")
+    unix = config.getoption("fastbean_unix_socket")
+    if unix is None:
+        unix = config.getini("fastbean_unix_socket")
+    try:
+        srv = server(*args, unix_socket=bool(unix), binlog_dir=_binlog_dir(config), testing=True)
+    except ServerStartError as e:
+        failure = str(e)        # reported outside the except block: one message, no chain
+    else:
+        failure = None
+    if failure is not None:
+        pytest.fail("the fastbean test server could not start: %s" % failure, pytrace=False)
+    with srv:
+        yield srv
+
+
+@pytest.fixture
+def fastbean(fastbean_server):
+    """The session's server, emptied for this test: no jobs, tubes, pauses,
+    reservations or other connections, counters at zero, clock at real time."""
+    fastbean_server.reset()
+    return fastbean_server
+
+
+@pytest.fixture
+def fastbean_clock(fastbean):
+    """The clock of the (emptied) server: advance(seconds) moves it forward."""
+    return fastbean.clock

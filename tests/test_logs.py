@@ -1,0 +1,161 @@
+"""Logs: JSON lines that parse one by one, each operator event as it happens,
+and the levels -V selects."""
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from tests.servers import Client, Server, free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class EventLog:
+    """Reads a server's stderr as JSON lines, as they come."""
+
+    def __init__(self, server):
+        self.server = server
+        self.seen = 0           # lines read so far
+        self.events = []
+
+    def _read(self):
+        lines = self.server.log.decode().split("\n")
+        complete = lines[:-1]   # the last one may be half written
+        for line in complete[self.seen:]:
+            obj = json.loads(line)          # every line is one JSON object
+            assert {"time", "level", "event", "message"} <= obj.keys(), obj
+            assert obj["level"] in ("debug", "info", "warning", "error")
+            self.events.append(obj)
+        self.seen = len(complete)
+
+    def wait(self, name, timeout=10.0):
+        """The next event called `name`, once it has been logged."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._read()
+            for i, obj in enumerate(self.events):
+                if obj["event"] == name:
+                    del self.events[:i + 1]
+                    return obj
+            assert time.monotonic() < deadline, "no %s event; log:\n%s" % (
+                name, self.server.log.decode())
+            time.sleep(0.02)
+
+    def names(self):
+        self._read()
+        return [obj["event"] for obj in self.events]
+
+
+def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
+    d = tmp_path / "binlog"
+    d.mkdir()
+    first = Server.start("fastbean", "-b", str(d))
+    with Client(first.port) as c:
+        for _ in range(3):
+            c.put(b"replayed")
+    first.stop()
+    # a torn tail for replay to report
+    newest = max(d.glob("binlog.*"), key=lambda p: int(p.suffix[1:]))
+    with open(newest, "ab") as f:
+        f.write(b"\x07" * 50)
+
+    mport = free_port()
+    s = Server.start("fastbean", "--log-format", "json", "-b", str(d), "-f", "0",
+                     "--max-memory", "8K", "--max-connections", "3",
+                     "--metrics", "127.0.0.1:%d" % mport)
+    log = EventLog(s)
+    try:
+        start = log.wait("start")
+        assert start["pid"] == s.pid and start["version"] and start["level"] == "info"
+        assert log.wait("bind")["address"] == "127.0.0.1:%d" % s.port
+        assert log.wait("metrics")["address"] == "127.0.0.1:%d" % mport
+        dropped = log.wait("replay-dropped")
+        assert dropped["bytes"] == 50 and dropped["level"] == "warning"
+        replay = log.wait("replay")
+        assert replay["jobs"] == 3 and replay["files"] >= 1 and replay["dropped_bytes"] == 50
+        assert isinstance(replay["seconds"], float)
+        assert log.wait("memory-cap")["max_memory"] == 8192
+        assert log.wait("ready")["jobs"] == 3
+
+        # memory cap reached, then cleared
+        assert "memory-cap-reached" not in log.names()
+        with Client(s.port) as c:
+            ids = []
+            while True:
+                reply = c.cmd(b"put 0 0 60 1000\r\n" + b"m" * 1000)
+                if reply == b"OUT_OF_MEMORY":
+                    break
+                ids.append(int(reply.split()[1]))
+            reached = log.wait("memory-cap-reached")
+            assert reached["level"] == "warning" and reached["max_memory"] == 8192
+            assert "memory-cap-cleared" not in log.names()
+            for jid in ids:
+                c.cmd(b"delete %d" % jid, b"DELETED")
+            assert log.wait("memory-cap-cleared")["refused"] >= 1
+
+        # connection cap reached, then cleared
+        clients = [Client(s.port) for _ in range(3)]
+        for c in clients:
+            c.cmd(b"list-tube-used")
+        extra = socket.create_connection(("127.0.0.1", s.port))
+        assert extra.recv(10) == b""                         # refused
+        extra.close()
+        assert log.wait("connection-cap-reached")["limit"] == 3
+        assert "connection-cap-cleared" not in log.names()
+        clients.pop().close()
+        assert log.wait("connection-cap-cleared")["limit"] == 3
+        for c in clients:
+            c.close()
+
+        # binlog errors, then recovery
+        failing_fsync.write_text("")
+        with Client(s.port) as c:
+            c.send(b"put 0 0 60 1\r\nx\r\n")
+            assert c.sock.recv(100) == b""
+        error = log.wait("binlog-error")
+        assert error["level"] == "error" and error["op"] == "fsync" and "error" in error
+        failing_fsync.unlink()
+        assert "binlog-recovered" not in log.names()
+        with Client(s.port) as c:
+            c.put(b"y")
+        assert log.wait("binlog-recovered")["level"] == "warning"
+
+        # drain, then shutdown
+        os.kill(s.pid, signal.SIGUSR1)
+        assert log.wait("drain")["message"] == "entering drain mode"
+        assert s.stop() == 0
+        shutdown = log.wait("shutdown")
+        # 3 replayed, the unacknowledged one (kept in memory) and the last
+        assert shutdown["signal"] == "SIGTERM" and shutdown["jobs"] == 5
+        assert log.wait("exit")["status"] == 0
+    finally:
+        s.stop()
+
+
+def test_text_logs_and_verbosity():
+    s = Server.start("fastbean")
+    with Client(s.port) as c:
+        c.cmd(b"list-tube-used")
+    s.stop()
+    text = s.log.decode()
+    # the default level shows what an operator needs, nothing per connection
+    assert "fastbean: fastbean " in text and "starting, pid %d" % s.pid in text
+    assert "fastbean: listening on 127.0.0.1:%d\n" % s.port in text
+    assert "fastbean: serving 0 jobs" in text and "shutting down on SIGTERM" in text
+    assert "accept" not in text
+    s = Server.start("fastbean", "-V")
+    with Client(s.port) as c:
+        c.cmd(b"list-tube-used")
+    s.stop()
+    assert "fastbean: accept" in s.log.decode() and "fastbean: close" in s.log.decode()
+
+
+def test_bad_log_format_is_a_usage_error():
+    import subprocess
+
+    from tests.servers import fastbean_cmd
+    p = subprocess.run(fastbean_cmd() + ["--log-format", "xml"], capture_output=True, timeout=30)
+    assert p.returncode == 5 and b"--log-format" in p.stderr

@@ -1,0 +1,138 @@
+"""fastbean.testing.server: a real server process started from Python, its
+address in every form, stopped by its PID; clear errors when it cannot start."""
+import datetime
+import os
+import socket
+
+import greenstalk
+import pytest
+
+import fastbean.testing as fbt
+from fastbean.errors import FastbeanError, ServerStartError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_tcp_server_round_trip():
+    with fbt.server() as srv:
+        assert srv.running and srv.host == "127.0.0.1"
+        assert srv.address == ("127.0.0.1", srv.port)
+        assert srv.url == "beanstalk://127.0.0.1:%d" % srv.port
+        with greenstalk.Client(srv.address) as c:
+            jid = c.put("hello")
+            job = c.reserve(timeout=0)
+            assert (job.id, job.body) == (jid, "hello")
+            c.delete(job)
+            assert c.stats()["pid"] == srv.pid
+        pid = srv.pid
+    assert not srv.running and gone(pid)
+    assert srv.stop() == 0                                  # stopping again is harmless
+
+
+def test_unix_socket_server():
+    with fbt.server(unix_socket=True) as srv:
+        path = srv.unix_socket
+        assert srv.address == path and srv.host is None and srv.url is None
+        with greenstalk.Client(path) as c:
+            c.put("over a unix socket")
+            assert c.reserve(timeout=0).body == "over a unix socket"
+    assert not os.path.exists(path)
+
+
+def test_binlog_dir_is_created_and_kept(tmp_path):
+    where = tmp_path / "new" / "binlog"
+    with fbt.server(binlog_dir=where) as srv:
+        with greenstalk.Client(srv.address) as c:
+            c.put("durable")
+    assert any(p.name.startswith("binlog.") for p in where.iterdir())
+    with fbt.server(binlog_dir=where) as srv:
+        with greenstalk.Client(srv.address) as c:
+            assert c.reserve(timeout=0).body == "durable"
+
+
+def test_extra_flags_reach_the_server():
+    with fbt.server("-z", 10) as srv:
+        with greenstalk.Client(srv.address) as c:
+            with pytest.raises(greenstalk.JobTooBigError):
+                c.put("x" * 11)
+
+
+def test_clock_and_reset():
+    with fbt.server(testing=True) as srv:
+        with greenstalk.Client(srv.address) as c:
+            c.put("in a day", delay=86400)
+            with pytest.raises(greenstalk.TimedOutError):
+                c.reserve(timeout=0)
+            assert srv.clock.advance(datetime.timedelta(hours=23, minutes=59)) == 86340.0
+            assert srv.clock.advance(59.5) == 86399.5
+            assert srv.clock.offset == 86399.5
+            srv.clock.advance(0.5)
+            assert c.reserve(timeout=0).body == "in a day"
+            with pytest.raises(ValueError):
+                srv.clock.advance(-1)
+        srv.reset()
+        assert srv.clock.offset == 0.0
+        with greenstalk.Client(srv.address) as c:
+            assert c.stats()["total-jobs"] == 0
+
+
+def test_test_commands_need_testing_true():
+    with fbt.server() as srv:
+        with pytest.raises(FastbeanError, match="testing=True"):
+            srv.reset()
+        with pytest.raises(FastbeanError, match="testing=True"):
+            srv.clock.advance(1)
+
+
+def test_bad_flag_is_a_clear_error():
+    with pytest.raises(ServerStartError) as e:
+        fbt.server("--bogus")
+    text = str(e.value)
+    assert "exited with status 5" in text and "unknown option: --bogus" in text
+
+
+def test_taken_port_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(ServerStartError) as e:
+            fbt.server(port=s.getsockname()[1])
+    assert "Address already in use" in str(e.value)
+
+
+def test_locked_binlog_is_a_clear_error(tmp_path):
+    with fbt.server(binlog_dir=tmp_path):
+        with pytest.raises(ServerStartError) as e:
+            fbt.server(binlog_dir=tmp_path)
+    assert "exited with status 10" in str(e.value) and "lock" in str(e.value)
+
+
+def test_a_free_port_taken_meanwhile_is_tried_again(monkeypatch):
+    # another process binds the port between our look and the server's bind
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        ports = [s.getsockname()[1]]
+        real = fbt._free_port
+        monkeypatch.setattr(fbt, "_free_port", lambda host: ports.pop() if ports else real(host))
+        with fbt.server() as srv:
+            assert srv.port != s.getsockname()[1] and not ports
+            with greenstalk.Client(srv.address) as c:
+                assert c.stats()["pid"] == srv.pid
+
+
+def test_a_dead_server_is_reported():
+    srv = fbt.server(testing=True)
+    srv._proc.kill()
+    srv._proc.wait()
+    with pytest.raises(FastbeanError, match="not running"):
+        srv.reset()
+    srv.stop()

@@ -1,0 +1,85 @@
+"""Check an installed fastbean wheel from inside its own fresh virtualenv.
+
+Run with that virtualenv's Python, from a directory outside the source tree:
+    python wheelcheck.py README.md
+It checks that fastbean comes from site-packages with its compiled modules
+and no generated C, that `fastbean -v` prints the version, that a server
+starts on uvloop and a greenstalk client puts, reserves and deletes, and
+that the README's example test passes under pytest with the plugin loaded
+through its entry point (no conftest).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# A README code block whose first line is "# name.py" is that file of the example.
+EXAMPLE_BLOCK = re.compile(r"```python\n# (\w+\.py)\n(.*?)```", re.S)
+
+
+def readme_files(readme_text):
+    """{file name: source} of the README's example."""
+    return {name: body for name, body in EXAMPLE_BLOCK.findall(readme_text)}
+
+
+def check_installed():
+    import fastbean
+    from fastbean import _core, _parser, _sync  # noqa: F401 (the compiled modules load)
+    where = os.path.dirname(fastbean.__file__)
+    assert "site-packages" in where, "fastbean imported from %s, not the wheel" % where
+    generated = [f for f in os.listdir(where) if f.endswith(".c")]
+    assert not generated, "generated C in the wheel: %s" % generated
+    return fastbean.__version__
+
+
+def check_version_flag(version):
+    exe = os.path.join(os.path.dirname(sys.executable), "fastbean")
+    out = subprocess.run([exe, "-v"], capture_output=True, text=True, check=True).stdout
+    assert out == "fastbean %s\n" % version, out
+
+
+def check_round_trip(version):
+    import greenstalk
+
+    from fastbean.testing import server
+    with server() as srv:
+        with greenstalk.Client(srv.address, use="wheel", watch="wheel") as client:
+            jid = client.put("from the wheel")
+            job = client.reserve(timeout=5)
+            assert (job.id, job.body) == (jid, "from the wheel")
+            client.delete(job)
+            stats = client.stats()
+            assert stats["version"] == version and stats["total-jobs"] == 1
+            assert stats["current-jobs-ready"] == 0
+        assert srv.stop() == 0
+        log = srv.log
+    assert "uvloop is not available" not in log, log
+
+
+def check_readme_example(readme):
+    with open(readme) as f:
+        files = readme_files(f.read())
+    assert any(name.startswith("test_") for name in files), "no example test in %s" % readme
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, body in files.items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(body)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                             cwd=tmp, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout.strip().splitlines()[-1]
+
+
+def main(argv):
+    version = check_installed()
+    check_version_flag(version)
+    check_round_trip(version)
+    result = check_readme_example(argv[0])
+    print("fastbean %s on Python %s: -v, server + greenstalk round trip on uvloop, "
+          "README example (%s): ok" % (version, sys.version.split()[0], result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
