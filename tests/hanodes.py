@@ -5,6 +5,8 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 from tests.natscluster import wait_listening
 from tests.servers import Client, fastbean_cmd, free_port
@@ -16,6 +18,7 @@ class Node:
     def __init__(self, name, urls, logdir, *args, stream="fastbean"):
         self.name, self.urls, self.args, self.stream = name, urls, args, stream
         self.port = free_port()
+        self.metrics_port = free_port()     # /readyz: 200 on the primary only
         self.logfile = os.path.join(str(logdir), "%s.log" % name)
         self.proc = None
         self.start()
@@ -25,6 +28,7 @@ class Node:
             self.proc = subprocess.Popen(
                 fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(self.port), "--replicate", self.urls,
                                   "--replicate-stream", self.stream, "--node-name", self.name,
+                                  "--metrics", "127.0.0.1:%d" % self.metrics_port,
                                   *map(str, self.args)],
                 stdout=subprocess.DEVNULL, stderr=log)
         # the port takes connections even on a standby
@@ -59,6 +63,17 @@ class Node:
                 return c.cmd(b"stats").startswith(b"OK ")
         except (OSError, ConnectionError):
             return False
+
+    def readyz(self):
+        """The HTTP status of /readyz (None when nothing answers)."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % self.metrics_port,
+                                        timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
 
     def log(self):
         with open(self.logfile, "rb") as f:
@@ -95,7 +110,8 @@ class Haproxy:
             lines = [line for line in f if not line.lstrip().startswith("server ")]
         conf = "".join(lines).replace("bind :11300", "bind 127.0.0.1:%d" % self.port)
         conf = conf.replace("maxconn 20000", "maxconn 2000")
-        conf += "".join("    server %s 127.0.0.1:%d check\n" % (n.name, n.port) for n in nodes)
+        conf += "".join("    server %s 127.0.0.1:%d check port %d\n"
+                        % (n.name, n.port, n.metrics_port) for n in nodes)
         self.conf = os.path.join(str(workdir), "haproxy.cfg")
         with open(self.conf, "w") as f:
             f.write(conf)

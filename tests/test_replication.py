@@ -407,8 +407,29 @@ def test_quorum_lost_and_back(cluster, nodes, tmp_path):
           "again %.1f s after the loss" % (waited, recovered))
 
 
+def wait_readyz(node, status, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while node.readyz() != status:
+        assert time.monotonic() < deadline, "%s: /readyz is %s, not %s" % (
+            node.name, node.readyz(), status)
+        time.sleep(0.05)
+
+
+def test_readyz_is_200_on_the_primary_only(cluster, nodes, tmp_path):
+    # What a load balancer's HTTP check or a readiness probe looks at.
+    for name in ("a", "b"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    standby = next(n for n in nodes if n is not primary)
+    wait_readyz(primary, 200)
+    wait_readyz(standby, 503)
+    primary.kill()
+    assert find_primary(nodes, exclude=(primary,)) is standby
+    wait_readyz(standby, 200)
+
+
 def test_clients_through_haproxy_follow_the_primary(cluster, nodes, tmp_path):
-    # contrib/haproxy/haproxy.cfg: a check that only the primary passes.
+    # contrib/haproxy/haproxy.cfg: an HTTP check of /readyz, which only the primary passes.
     for name in ("a", "b", "c"):
         nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
     primary = find_primary(nodes)
