@@ -38,10 +38,11 @@ class Server:
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, config.busy_poll_us, self.end_turn)
-            end_turn_soon, ext_stats = self.busy_poll.turn_soon, self.busy_poll.stats
+            end_turn_soon, on_wake = self.busy_poll.turn_soon, self.busy_poll.wake
+            ext_stats = self.busy_poll.stats
         else:
             end_turn_soon = functools.partial(loop.call_soon, self.end_turn)
-            ext_stats = busypoll.stats_lines
+            on_wake, ext_stats = None, busypoll.stats_lines
         self.binlog = None
         commit_soon = next_file = None
         if config.binlog_dir is not None:
@@ -55,10 +56,13 @@ class Server:
             version=__version__.encode(),
             arm=self._arm,
             end_turn_soon=end_turn_soon,
+            on_wake=on_wake,
             ext_stats=ext_stats,
             commit_soon=commit_soon,
             next_file=next_file,
         )
+        if self.busy_poll is not None:
+            self.busy_poll.attach(self.core)
         self.connections = set()
         self.listeners = []
         self._timer = None
