@@ -281,6 +281,8 @@ cdef class Core:
     # loop turn waits for the end of this one (Core.end_turn).
     cdef list turn                    # connections held back this turn
     cdef bint turn_asked              # end_turn_soon() called; end_turn() not yet
+    cdef uint64_t nreads              # reads fed so far (the busy poller's looks compare it)
+    cdef bint wake_armed              # call on_wake at the next read
     cdef uint64_t served              # runs so far: each run stamps its connection
     cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began
 
@@ -292,6 +294,9 @@ cdef class Core:
     cdef object end_turn_soon
     # ext_stats() -> bytes: more fastbean-stats lines (busypoll.py, replication.py)
     cdef object ext_stats
+    # on_wake(reads) -> bool: a read came while the busy poller let the loop
+    # sleep; True to be told of the next read too (busypoll.py)
+    cdef object on_wake
     cdef object commit_soon           # commit_soon(): records wait; take_wal() them soon (binlog.py)
     # next_file(need, replace) -> (seq, cap, used) or None: a file made
     # now, when the spare is gone or too small (binlog.py)

@@ -89,18 +89,21 @@ cdef class Core:
 
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
-                 arm=None, end_turn_soon=None, ext_stats=None, commit_soon=None,
+                 arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
                  next_file=None, testing=False, drop_others=None):
         """Limits as the command line sets them, and the hooks (see _core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
-        end_turn() called once the loop turn's reads are in; ext_stats()
-        returns more fastbean-stats lines; commit_soon() says records wait
-        for take_wal(); next_file(need, replace) makes a binlog file at once
-        when the spare is used up. testing=True runs the test-only commands
-        (_testing.pxi), whose fastbean-reset calls drop_others(conn) to close
-        every other connection and get their Conns. Without hooks (in-process tests) the caller
-        calls tick(), end_turn() and take_wal() itself."""
+        end_turn() called once the loop turn's reads are in; on_wake(reads)
+        hears of a read while the busy poller lets the loop sleep (from the
+        start, and after each wake_on_read()) and returns True to hear of
+        the next one too; ext_stats() returns more fastbean-stats lines;
+        commit_soon() says records wait for take_wal(); next_file(need,
+        replace) makes a binlog file at once when the spare is used up.
+        testing=True runs the test-only commands (_testing.pxi), whose
+        fastbean-reset calls drop_others(conn) to close every other
+        connection and get their Conns. Without hooks (in-process tests)
+        the caller calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
         self.tube_by_name = {}
@@ -112,6 +115,8 @@ cdef class Core:
         self.armed_at = INT64_MAX
         self.arm = arm
         self.end_turn_soon = end_turn_soon
+        self.on_wake = on_wake
+        self.wake_armed = on_wake is not None
         self.ext_stats = ext_stats
         self.commit_soon = commit_soon
         self.next_file = next_file
@@ -160,6 +165,16 @@ cdef class Core:
             return
         turn_finish(self)
         settle(self)
+
+    @property
+    def reads(self):
+        """Reads fed so far."""
+        return self.nreads
+
+    def wake_on_read(self):
+        """The busy poller lets the loop sleep: call on_wake at the next read."""
+        enter(self)
+        self.wake_armed = self.on_wake is not None
 
     # -- timers -------------------------------------------------------------------
 

@@ -20,6 +20,11 @@ cdef int conn_feed(Core core, Conn c, object data) except -1:
     # ones that waited longer go first; otherwise it runs now. Without
     # end_turn_soon (in-process tests) the caller calls end_turn itself.
     lat_read(c)
+    core.nreads += 1
+    if core.wake_armed:
+        # the busy poller let the loop sleep: it is told of every read until
+        # it polls again
+        core.wake_armed = hook1(core, core.on_wake, core.nreads)
     c.parser.feed(data)
     if not core.turn_asked:
         core.turn_asked = True

@@ -7,13 +7,17 @@ cdef enum:
     VEC_FIRST_BYTES = 256     # the first allocation of an array: this many bytes' worth
 
 
-cdef int vec_grow(void **items, Py_ssize_t *cap, Py_ssize_t need, size_t size) noexcept nogil:
+cdef inline int vec_grow(void **items, Py_ssize_t *cap, Py_ssize_t need, size_t size) noexcept nogil:
     # Make room for `need` elements of `size` bytes: at least double, so n
     # appends cost O(n). 0, or -1 when there is no memory (the array is unchanged).
-    cdef Py_ssize_t n = cap[0] * 2
-    cdef void *p
     if need <= cap[0]:
         return 0
+    return _vec_realloc(items, cap, need, size)
+
+
+cdef int _vec_realloc(void **items, Py_ssize_t *cap, Py_ssize_t need, size_t size) noexcept nogil:
+    cdef Py_ssize_t n = cap[0] * 2
+    cdef void *p
     if n < <Py_ssize_t>(VEC_FIRST_BYTES // size):
         n = VEC_FIRST_BYTES // size
     if n < need:

@@ -25,25 +25,29 @@ def stats_lines(max_ns=0, window_ns=0, idle_ns=0):
 
 
 class BusyPoll:
-    """Polls one loop and owns the state of it. The engine calls turn_soon()
-    at the first read of every loop turn (its end_turn_soon hook): a read
-    after the loop slept wakes the poller, and while it polls, its looks end
-    the turns instead of a loop callback each."""
+    """Polls one loop and owns the state of it. Two hooks of the engine call
+    it: wake(reads) at the first read after the poller let the loop sleep,
+    and turn_soon() at the first read of every loop turn (while it polls,
+    its looks end the turns instead of a loop callback each). attach() gives
+    it the engine, whose read counter its looks compare."""
 
     def __init__(self, loop, max_us, end_turn):
         self._loop = loop
         self._end_turn = end_turn   # ends a loop turn (Server.end_turn)
+        self._core = None
         self.max_ns = max_us * 1000
         self.window_ns = 0          # how long a look waits for the next read now
         self.idle_ns = 0            # time spent polling with no read coming
         self._sleeping = True       # the loop may sleep: the next read wakes the poller
         self._polling = False       # a look is queued; it ends the turn too
         self._turn_due = False      # a turn with reads has not ended yet (while polling)
-        self._turns = 0             # loop turns that read something
-        self._seen = 0              # _turns at the last look
+        self._seen = 0              # the engine's read count at the last look
         self._deadline = 0          # stop polling then, unless a read comes first
         self._looked = 0            # time of the last look
         self._slept_at = time.monotonic_ns()
+
+    def attach(self, core):
+        self._core = core
 
     def stats(self):
         return stats_lines(self.max_ns, self.window_ns, self.idle_ns)
@@ -51,16 +55,18 @@ class BusyPoll:
     def turn_soon(self):
         """A read started a loop turn: have the turn ended, by the next look
         while polling, else by a loop callback."""
-        self._turns += 1
-        if self._sleeping:
-            self._wake()
         if self._polling:
             self._turn_due = True
         else:
             self._loop.call_soon(self._end_turn)
 
-    def _wake(self):
-        # The first read after the loop slept.
+    def wake(self, reads):
+        """A read came while the poller let the loop sleep (reads: the engine's
+        count, this one included). True: still asleep, call again at the next read."""
+        self._wake(reads)
+        return self._sleeping
+
+    def _wake(self, reads):
         self._sleeping = False
         now = time.monotonic_ns()
         slept = now - self._slept_at
@@ -76,7 +82,7 @@ class BusyPoll:
         if window == 0:
             self._sleep(now)
             return
-        self._seen = self._turns
+        self._seen = reads
         self._deadline = self._looked = now
         self._deadline += window
         # A pending callback makes uvloop poll without blocking.
@@ -90,18 +96,21 @@ class BusyPoll:
             self._turn_due = False
             self._end_turn()
         now = time.monotonic_ns()
-        if self._turns != self._seen:
-            self._seen = self._turns
+        reads = self._core.reads
+        if reads != self._seen:
+            self._seen = reads
             self._deadline = now + self.window_ns
         else:
             self.idle_ns += now - self._looked
             if now >= self._deadline:
                 self._sleep(now)
+                self._core.wake_on_read()
                 return
         self._looked = now
         self._loop.call_soon(self._poll)
 
     def _sleep(self, now):
+        # The loop may sleep now; the engine calls wake() at the next read.
         self._slept_at = now
         self._sleeping = True
         self._polling = False

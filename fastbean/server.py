@@ -76,9 +76,10 @@ class Server:
     def _new_core(self):
         config = self.config
         if self.busy_poll is not None:
-            end_turn_soon = self.busy_poll.turn_soon
+            end_turn_soon, on_wake = self.busy_poll.turn_soon, self.busy_poll.wake
         else:
             end_turn_soon = functools.partial(self.loop.call_soon, self.end_turn)
+            on_wake = None
         logged = config.binlog_dir is not None or bool(config.replicate)
         self.core = Core(
             max_job_size=config.max_job_size,
@@ -87,12 +88,15 @@ class Server:
             version=__version__.encode(),
             arm=self._arm,
             end_turn_soon=end_turn_soon,
+            on_wake=on_wake,
             ext_stats=self._ext_stats,
             commit_soon=self._commit_soon if logged else None,
             next_file=self._next_file if logged else None,
             testing=config.testing,
             drop_others=self._drop_others if config.testing else None,
         )
+        if self.busy_poll is not None:
+            self.busy_poll.attach(self.core)
 
     # -- the engine's hooks (given once, to every engine this server makes) --------
 
