@@ -8,8 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.natscluster import wait_listening
-from tests.servers import Client, fastbean_cmd, free_port
+from tests.servers import Client, fastbean_cmd, free_port, wait_listening
 
 
 class Node:

@@ -3,26 +3,11 @@ each server a real nats-server process with its own store, stopped by its PID.""
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
 
-from tests.servers import free_port
+from tests.servers import free_port, wait_listening
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
-
-
-def wait_listening(port, proc, describe, timeout=10.0):
-    """Wait until proc accepts on 127.0.0.1:port; raise with describe() if it dies or times out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("did not start: %s" % describe())
-            time.sleep(0.02)
 
 
 class NatsServer:

@@ -37,6 +37,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_listening(port, proc=None, describe=lambda: "nothing", timeout=10.0):
+    """Wait until 127.0.0.1:port accepts; raise with describe() if proc dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
+                raise RuntimeError("did not start listening on port %d: %s" % (port, describe()))
+            time.sleep(0.01)
+
+
 def fastbean_cmd():
     # FASTBEAN_CMD lets a run wrap the server (valgrind, an ASan preload, ...)
     return shlex.split(os.environ.get("FASTBEAN_CMD", "")) or [sys.executable, "-m", "fastbean"]

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from tests.servers import Client, Server, fastbean_cmd, free_port
+from tests.servers import Client, Server, fastbean_cmd, free_port, wait_listening
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,19 +28,8 @@ def start(*args):
     mport = free_port()
     s = Server.start("fastbean", "--metrics", "127.0.0.1:%d" % mport, *args)
     s.mport = mport
-    wait_http(mport)
+    wait_listening(mport, s.proc, lambda: s.log.decode(errors='replace'))
     return s
-
-
-def wait_http(port, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "the HTTP endpoint never listened"
-            time.sleep(0.01)
 
 
 def get(port, path, method="GET"):
@@ -501,7 +490,7 @@ def test_metrics_address_forms():
     port = free_port()
     s = Server.start("fastbean", "--metrics", ":%d" % port)      # every interface
     try:
-        wait_http(port)
+        wait_listening(port, s.proc)
         assert get(port, "/healthz")[0] == 200
         # a port in use (this server's beanstalk port): --metrics cannot bind it
         p = subprocess.run(fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(free_port()),
