@@ -30,15 +30,18 @@ cdef int _vec_realloc(void **items, Py_ssize_t *cap, Py_ssize_t need, size_t siz
     return 0
 
 
-cdef void vec_shrink(void **items, Py_ssize_t *cap, Py_ssize_t len, size_t size) noexcept nogil:
+cdef inline void vec_shrink(void **items, Py_ssize_t *cap, Py_ssize_t len, size_t size) noexcept nogil:
     # Halve an array that is three quarters empty, so memory follows a
     # backlog down again after it drains.
-    cdef void *p
-    if cap[0] * <Py_ssize_t>size > VEC_FIRST_BYTES and len < cap[0] // 4:
-        p = realloc(items[0], (cap[0] // 2) * size)
-        if p != NULL:
-            items[0] = p
-            cap[0] //= 2
+    if len < cap[0] // 4 and cap[0] * <Py_ssize_t>size > VEC_FIRST_BYTES:
+        _vec_halve(items, cap, size)
+
+
+cdef void _vec_halve(void **items, Py_ssize_t *cap, size_t size) noexcept nogil:
+    cdef void *p = realloc(items[0], (cap[0] // 2) * size)
+    if p != NULL:
+        items[0] = p
+        cap[0] //= 2
 
 
 cdef inline void list_push_back(JobList *l, Job *j, int k) noexcept nogil:
