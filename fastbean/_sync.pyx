@@ -1,17 +1,22 @@
 # cython: language_level=3
 """The binlog's two disk workers, native threads: SyncThread and ZeroFill.
 
-SyncThread runs fdatasync for the binlog, back to back. binlog.py decides
-when to sync (the -f policy); this is only the worker. It
-is native rather than a Python thread so that a finished sync is reported at
-once: a Python thread would first have to win the GIL back from the busy
-event loop. The loop asks for "everything written up to record N" with
-request(); the thread syncs and signals an eventfd that the loop watches;
-collect() then says how far the files are synced. If more was requested
-meanwhile, the next sync starts at once, without waiting for the loop.
-A file the binlog has finished with is handed over with finish(): the
-thread syncs it before the next request's file, so no fsync of a finished
-file runs on the loop.
+SyncThread runs fdatasync for the binlog. binlog.py decides when to sync
+(the -f policy); this is only the worker. It is native rather than a Python
+thread so that a finished sync is reported at once: a Python thread would
+first have to win the GIL back from the busy event loop.
+
+The loop says which file is current (file()) and how far its records are
+written and due for a sync (request(seq)). A request is one atomic store:
+no system call, unless a sync thread sleeps and has to be woken. Up to
+`threads` fdatasyncs run at once, so records written while one runs start
+their own at once instead of waiting a whole sync for it (the disk overlaps
+them: two on this kind of disk take about 1.3 times one). A sync makes
+durable everything written before it started, but syncs are reported in the
+order they started, so a finished file (finish()) is always on disk before
+a later file's records count. A finished sync signals an eventfd the loop
+watches, once until the loop collects (collect() says how far the files are
+synced).
 """
 
 cimport cython
@@ -39,6 +44,7 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_cond_destroy(pthread_cond_t *)
     int pthread_cond_wait(pthread_cond_t *, pthread_mutex_t *)
     int pthread_cond_signal(pthread_cond_t *)
+    int pthread_cond_broadcast(pthread_cond_t *)
 
 cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
@@ -60,11 +66,16 @@ cdef extern from "<fcntl.h>" nogil:
 
 cdef extern from *:
     """
-    #define fb_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-    #define fb_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+    /* Sequentially consistent: a sleeper announces itself, then looks at the
+     * work; a producer publishes the work, then looks for sleepers. One of
+     * the two always sees the other, so no wake-up is lost. */
+    #define fb_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+    #define fb_store(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+    #define fb_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
     """
     int64_t fb_load(int64_t *p) nogil
     void fb_store(int64_t *p, int64_t v) nogil
+    int64_t fb_add(int64_t *p, int64_t v) nogil
 
 cdef extern from "_hist.h" nogil:
     int FB_FSYNC_BOUNDS
@@ -75,6 +86,7 @@ cdef extern from "_hist.h" nogil:
 
 cdef enum:
     HIST_SLOTS = 17       # _hist.h's FB_FSYNC_BOUNDS and FB_GROUP_BOUNDS, + Inf
+    MAX_THREADS = 4
 
 cdef extern from "<sys/eventfd.h>" nogil:
     int eventfd(unsigned int initval, int flags)
@@ -85,51 +97,72 @@ cdef extern from "<sys/eventfd.h>" nogil:
 ctypedef void *(*thread_main)(void *) noexcept nogil
 
 
+cdef inline int64_t now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec * 1000000000 + t.tv_nsec
+
+
 cdef class Worker:
-    """One native thread that waits on a condition under a mutex. Both live
-    in the subclass's state; stop() sets its `stopping` flag, and the thread
-    returns once the job in hand is done."""
-    cdef pthread_t tid
-    cdef bint running
+    """Native threads that wait on a condition under a mutex. Both live in
+    the subclass's state; stop() sets its `stopping` flag, and each thread
+    returns once the work it was given is done."""
+    cdef pthread_t tids[MAX_THREADS]
+    cdef int nthreads
     cdef pthread_mutex_t *mu
     cdef pthread_cond_t *wake
     cdef bint *stopping
 
     cdef int _start(self, thread_main main, void *state, pthread_mutex_t *mu,
-                    pthread_cond_t *wake, bint *stopping, str what) except -1:
+                    pthread_cond_t *wake, bint *stopping, str what, int count) except -1:
+        cdef int rc
         self.mu, self.wake, self.stopping = mu, wake, stopping
-        cdef int rc = pthread_create(&self.tid, NULL, main, state)
-        if rc != 0:
-            raise OSError(rc, "cannot start the binlog's %s thread" % what)
-        self.running = True
+        while self.nthreads < count:
+            rc = pthread_create(&self.tids[self.nthreads], NULL, main, state)
+            if rc != 0:
+                self._join()
+                raise OSError(rc, "cannot start the binlog's %s thread" % what)
+            self.nthreads += 1
         return 0
 
     def stop(self):
-        """Finish the job in hand, then end the thread."""
+        """Finish the work given, then end the threads."""
         self._join()
 
     cdef void _join(self) noexcept:
-        if not self.running:
+        cdef int i
+        if self.nthreads == 0:
             return
         pthread_mutex_lock(self.mu)
         self.stopping[0] = True
-        pthread_cond_signal(self.wake)
+        pthread_cond_broadcast(self.wake)
         pthread_mutex_unlock(self.mu)
         with nogil:
-            pthread_join(self.tid, NULL)
-        self.running = False
+            for i in range(self.nthreads):
+                pthread_join(self.tids[i], NULL)
+        self.nthreads = 0
 
 
 cdef struct State:
     pthread_mutex_t mu
     pthread_cond_t wake
-    int want_fd           # dup of the file to sync next; -1 when nothing is asked
-    uint64_t want_seq     # records covered by that sync
+    int fd                # dup of the current file; -1 before file()
+    int64_t want          # records written and due for a sync (the loop's, atomic)
+    int64_t started       # records covered by the syncs started
+    int64_t done          # records on disk
+    int64_t idle          # threads waiting for work (atomic)
+    int busy              # syncs running
+    int threads
     int *fin              # dups of finished files to sync first, oldest first
     int nfin, capfin
-    uint64_t done_seq     # records on disk
+    # syncs are reported in the order they started: ticket t's covered
+    # records and whether it has finished, in slot t % MAX_THREADS
+    uint64_t next_ticket, oldest_ticket
+    int64_t ticket_seq[MAX_THREADS]
+    bint ticket_over[MAX_THREADS]
     int error             # first errno since the last collect(), 0 if none
     int efd               # eventfd the loop watches
+    bint notified         # efd signalled since the last collect()
     bint stopping
     # for the metrics endpoint: per-bucket counts of each sync's duration and
     # of the records it made durable (the group commit), and their sums
@@ -146,53 +179,93 @@ cdef int _sync_close(int fd) noexcept nogil:
     return err
 
 
+cdef inline bint _due(State *s) noexcept nogil:
+    # Work for an idle thread. A ticket's slot is free again only once it is
+    # reported, so a fast thread never laps one that is still syncing.
+    if s.next_ticket - s.oldest_ticket >= MAX_THREADS:
+        return False
+    return s.nfin > 0 or (s.fd >= 0 and fb_load(&s.want) > s.started and s.busy < s.threads)
+
+
+cdef void _report(State *s) noexcept nogil:
+    # Under s.mu: publish the finished syncs, in the order they started.
+    cdef uint64_t one = 1
+    cdef int k
+    cdef int64_t seq, group
+    cdef bint moved = False
+    while s.oldest_ticket < s.next_ticket:
+        k = s.oldest_ticket % MAX_THREADS
+        if not s.ticket_over[k]:
+            break
+        seq = s.ticket_seq[k]
+        if seq > s.done:
+            group = seq - s.done
+            s.group_hist[fb_bucket(fb_group_bounds, FB_GROUP_BOUNDS, group)] += 1
+            s.group_records += group
+            s.done = seq
+            moved = True
+        s.oldest_ticket += 1
+    if moved and not s.notified:
+        s.notified = True
+        write(s.efd, &one, sizeof(one))
+
+
 cdef void *sync_main(void *arg) noexcept nogil:
     cdef State *s = <State *>arg
-    cdef int fd, err, e, i, nfin
+    cdef int fd, err, e, i, nfin, k, dup_err
     cdef int *fin
-    cdef uint64_t seq, one = 1
-    cdef timespec t0, t1
-    cdef int64_t took, group
+    cdef int64_t seq, t0, took
+    cdef uint64_t ticket
     pthread_mutex_lock(&s.mu)
     while True:
-        while s.want_fd < 0 and s.nfin == 0 and not s.stopping:
+        fb_add(&s.idle, 1)
+        while not s.stopping and not _due(s):
             pthread_cond_wait(&s.wake, &s.mu)
-        if s.want_fd < 0 and s.nfin == 0:
-            break
-        fd = s.want_fd
-        seq = s.want_seq
-        s.want_fd = -1
+        fb_add(&s.idle, -1)
+        if not _due(s):
+            break                       # stopping, and nothing is left to sync
+        fd = -1
+        dup_err = 0
+        seq = s.started
+        if s.fd >= 0 and fb_load(&s.want) > s.started:
+            seq = s.started = fb_load(&s.want)
+            fd = dup(s.fd)              # file() may replace s.fd while this runs
+            if fd < 0:
+                dup_err = errno         # reported as a failed sync of these records
         fin, nfin = s.fin, s.nfin
         s.fin = NULL
         s.nfin = s.capfin = 0
+        ticket = s.next_ticket
+        s.next_ticket += 1
+        k = ticket % MAX_THREADS
+        s.ticket_seq[k] = seq
+        s.ticket_over[k] = False
+        s.busy += 1
         pthread_mutex_unlock(&s.mu)
-        err = 0
+        err = dup_err
         for i in range(nfin):
             e = _sync_close(fin[i])
             if e and not err:
                 err = e
         free(fin)
-        took = 0
+        took = -1
         if fd >= 0:
-            clock_gettime(CLOCK_MONOTONIC, &t0)
+            t0 = now_ns()
             e = _sync_close(fd)
-            clock_gettime(CLOCK_MONOTONIC, &t1)
-            took = (t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)
+            took = now_ns() - t0
             if e and not err:
                 err = e
         pthread_mutex_lock(&s.mu)
+        s.busy -= 1
         if err and not s.error:
             s.error = err
-        if fd >= 0:
-            # the request's sync: its time, and the records it made durable
-            group = <int64_t>(seq - s.done_seq) if seq > s.done_seq else 0
+        if took >= 0:
             s.sync_hist[fb_bucket(fb_fsync_bounds, FB_FSYNC_BOUNDS, took)] += 1
             s.sync_ns += took
-            s.group_hist[fb_bucket(fb_group_bounds, FB_GROUP_BOUNDS, group)] += 1
-            s.group_records += group
-        if fd >= 0 and seq > s.done_seq:
-            s.done_seq = seq
-        write(s.efd, &one, sizeof(one))
+        s.ticket_over[k] = True
+        _report(s)
+        if s.nfin > 0 or fb_load(&s.want) > s.started:
+            pthread_cond_signal(&s.wake)    # more came meanwhile: an idle thread takes it
     pthread_mutex_unlock(&s.mu)
     return NULL
 
@@ -201,37 +274,52 @@ cdef void *sync_main(void *arg) noexcept nogil:
 cdef class SyncThread(Worker):
     cdef State s
 
-    def __cinit__(self):
-        self.s.want_fd = -1
+    def __cinit__(self, int threads=1):
+        if not 1 <= threads <= MAX_THREADS:
+            raise ValueError("threads must be 1 to %d" % MAX_THREADS)
+        self.s.fd = -1
+        self.s.threads = threads
         self.s.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
         if self.s.efd < 0:
             raise OSError(errno, "eventfd failed")
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
-        self._start(sync_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "fsync")
+        self._start(sync_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "fsync",
+                    threads)
 
     def fileno(self):
         """The eventfd that becomes readable when a sync has finished."""
         return self.s.efd
 
-    def request(self, int fd, uint64_t seq):
-        """Sync fd (a dup is taken, so the caller may close it) to cover record seq."""
+    def file(self, int fd):
+        """Later requests are for records in fd's file (a dup is taken, so the
+        caller may close it)."""
         cdef int d = dup(fd)
         cdef int old
         if d < 0:
             raise OSError(errno, "dup failed")
         pthread_mutex_lock(&self.s.mu)
-        old = self.s.want_fd           # superseded before it started: the new one covers it
-        self.s.want_fd = d
-        self.s.want_seq = seq
-        pthread_cond_signal(&self.s.wake)
+        old = self.s.fd
+        self.s.fd = d
         pthread_mutex_unlock(&self.s.mu)
         if old >= 0:
             close(old)
 
+    def request(self, int64_t seq):
+        """Records up to number seq are written (to the current file or to a
+        finished one): sync them."""
+        if seq <= fb_load(&self.s.want):
+            return
+        fb_store(&self.s.want, seq)
+        if fb_load(&self.s.idle) > 0:
+            pthread_mutex_lock(&self.s.mu)
+            pthread_cond_signal(&self.s.wake)
+            pthread_mutex_unlock(&self.s.mu)
+
     def finish(self, int fd):
-        """fd's file is finished: sync it (a dup is taken) before the next
-        requested one. Its errors come back through collect() like any sync's."""
+        """fd's file is finished: sync it (a dup is taken) before any record
+        requested later counts as synced. Its errors come back through
+        collect() like any sync's."""
         cdef int d = dup(fd)
         cdef int *fin
         if d < 0:
@@ -254,10 +342,11 @@ cdef class SyncThread(Worker):
         """After the eventfd fired: (records synced, errno of a failed sync or 0)."""
         cdef uint64_t n
         cdef int err
+        pthread_mutex_lock(&self.s.mu)
         while read(self.s.efd, &n, sizeof(n)) < 0 and errno == EINTR:
             pass
-        pthread_mutex_lock(&self.s.mu)
-        n = self.s.done_seq
+        self.s.notified = False
+        n = self.s.done
         err = self.s.error
         self.s.error = 0
         pthread_mutex_unlock(&self.s.mu)
@@ -280,8 +369,8 @@ cdef class SyncThread(Worker):
     def __dealloc__(self):
         cdef int i
         self._join()
-        if self.s.want_fd >= 0:
-            close(self.s.want_fd)
+        if self.s.fd >= 0:
+            close(self.s.fd)
         for i in range(self.s.nfin):
             close(self.s.fin[i])
         free(self.s.fin)
@@ -295,50 +384,56 @@ cdef class SyncThread(Worker):
 #
 # posix_fallocate reserves a binlog file's space but leaves it "unwritten":
 # the first write to each block must also change the file's extent map, so
-# on ext4 and XFS every fdatasync then waits for a journal commit (about
-# 240 us here against 145 us for an overwrite, which caps -f 0). beanstalkd
+# on ext4 and XFS an fdatasync then waits for a journal commit (240-300 us
+# here against 100-150 us for an overwrite, which caps -f 0). beanstalkd
 # avoids that by writing its files full of zeros before use, stalling its
-# loop for each new file. ZeroFill does the same ahead of the write position,
-# in a thread: it overwrites the reserved space with zeros a chunk at a
-# time, each chunk written back before the next so that a group commit never
-# has to flush more than one chunk of them, and syncs once at the end. It
-# works through an open file of its own, so that the write-back errors it
-# sees are not taken from the group commit's fdatasync. Once the current
-# file is done and its records have reached half of it, it fills the spare
-# file the binlog keeps ready, so that file is fast from its first record
-# too (not sooner: a run of the server that never gets there should not pay
-# for writing a second file).
+# loop for each new file. ZeroFill does the same in a thread, a bounded
+# distance ahead of the records (FILL_AHEAD: filling further gains nothing
+# measurable and costs a second write of every byte of a file the records
+# may never reach): it overwrites the reserved space with zeros a chunk at a
+# time, each chunk written back before the next so that a group commit
+# never has to flush more than one chunk of them. It works through an open
+# file of its own, so that the write-back errors it sees are not taken from
+# the group commit's fdatasync. Once the current file's records have reached
+# half of it, it also fills the start of the spare file the binlog keeps
+# ready, so that file is fast from its first record too.
 #
-# The loop writes records at increasing offsets. The filler only ever writes
-# at or above `pos`, which only grows, and writes each chunk under the lock.
-# A record that ends at or below pos therefore needs no coordination; one
-# that reaches above it (the filler fell behind) takes the lock and moves
-# the filler past itself first (claim()). Nothing writes to the spare until
-# it becomes the current file (promote()).
+# The loop writes records at increasing offsets and says where they end
+# (claim()). The filler only ever writes at or above `pos`, which only grows,
+# and writes each chunk under the lock. A record that ends at or below pos
+# therefore needs no coordination; one that reaches above it (the filler fell
+# behind) takes the lock and moves the filler past itself first. Nothing
+# writes to the spare until it becomes the current file (promote()).
 
 cdef enum:
     CHUNK = 65536
+    FILL_AHEAD = 16 * CHUNK
+
+# for tests: how far ahead of the records the filler writes zeros, and its unit
+FILL_AHEAD_BYTES = FILL_AHEAD
+FILL_CHUNK_BYTES = CHUNK
+
 
 cdef struct FillFile:
     int fd                # the filler's own open file; -1 when none
-    int64_t pos           # the filler writes only at or above this (atomic for the current file)
-    int64_t head          # the loop's records end here, as far as claimed
+    int64_t pos           # the filler writes only at or above this (atomic)
+    int64_t head          # the loop's records end here (atomic)
     int64_t end           # the file's allocated size
 
 cdef struct FillState:
     pthread_mutex_t mu
     pthread_cond_t wake
     FillFile cur          # the current file
-    FillFile nxt          # the spare, filled once cur is done and nxt_due
-    int64_t written       # where the loop's records in cur end (the loop's own)
-    bint nxt_due          # cur's records have reached half of it
+    FillFile nxt          # the spare, filled once cur's records reach half of it
+    bint nxt_due
+    int64_t asleep        # the filler waits for the records to move on (atomic)
     char *zeros
     int error             # errno of the last failed fill, 0 if none
     bint stopping
 
 
 cdef inline bint _fill_due(FillFile *f) noexcept nogil:
-    return f.fd >= 0 and f.pos < f.end
+    return f.fd >= 0 and f.pos < f.end and f.pos < fb_load(&f.head) + FILL_AHEAD
 
 
 cdef void _fill_set(FillFile *f, int fd, int64_t used, int64_t end) noexcept nogil:
@@ -347,27 +442,34 @@ cdef void _fill_set(FillFile *f, int fd, int64_t used, int64_t end) noexcept nog
     if f.fd >= 0:
         close(f.fd)
     f.fd = fd
-    f.head = used
     f.end = end
+    fb_store(&f.head, used)
     fb_store(&f.pos, (used // CHUNK + 1) * CHUNK)
+
+
+cdef inline bint _filler_due(FillState *s) noexcept nogil:
+    return _fill_due(&s.cur) or (s.nxt_due and _fill_due(&s.nxt))
 
 
 cdef void *fill_main(void *arg) noexcept nogil:
     cdef FillState *s = <FillState *>arg
     cdef FillFile *f
-    cdef int64_t start, stop, pos
+    cdef int64_t start, stop, pos, head
     cdef ssize_t n
     cdef int fd
     cdef bint last
     setpriority(PRIO_PROCESS, <unsigned int>syscall(SYS_gettid), 19)   # best effort
     pthread_mutex_lock(&s.mu)
     while True:
-        while not s.stopping and not _fill_due(&s.cur) and not (s.nxt_due and _fill_due(&s.nxt)):
+        fb_store(&s.asleep, 1)
+        while not s.stopping and not _filler_due(s):
             pthread_cond_wait(&s.wake, &s.mu)
+        fb_store(&s.asleep, 0)
         if s.stopping:
             break
         f = &s.cur if _fill_due(&s.cur) else &s.nxt
-        start = f.pos if f.pos > f.head else f.head
+        head = fb_load(&f.head)
+        start = f.pos if f.pos > head else head
         stop = (start // CHUNK + 1) * CHUNK
         if stop > f.end:
             stop = f.end
@@ -401,7 +503,7 @@ cdef void *fill_main(void *arg) noexcept nogil:
 @cython.final
 cdef class ZeroFill(Worker):
     """Overwrites the current binlog file's reserved space with zeros, ahead of
-    its records, and then the spare's."""
+    its records, and then the start of the spare's."""
     cdef FillState s
 
     def __cinit__(self):
@@ -411,7 +513,7 @@ cdef class ZeroFill(Worker):
             raise MemoryError()
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
-        self._start(fill_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "zero-fill")
+        self._start(fill_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "zero-fill", 1)
 
     def file(self, int fd, int64_t used, int64_t end):
         """Fill the new current file, open as fd (its own open file, which the
@@ -420,17 +522,17 @@ cdef class ZeroFill(Worker):
         previous file."""
         pthread_mutex_lock(&self.s.mu)
         _fill_set(&self.s.cur, fd, used, end)
-        self.s.written = used
         self.s.nxt_due = False
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
     def spare(self, int fd, int64_t used, int64_t end):
-        """Fill this file (taken over as with file()) once the current one is
-        done; it replaces an earlier spare. fd -1: no spare any more."""
+        """Fill the start of this file (taken over as with file()) once the
+        current one's records reach half of it; it replaces an earlier spare.
+        fd -1: no spare any more."""
         pthread_mutex_lock(&self.s.mu)
         _fill_set(&self.s.nxt, fd, used, end)
-        self.s.nxt_due = self.s.written * 2 >= self.s.cur.end
+        self.s.nxt_due = fb_load(&self.s.cur.head) * 2 >= self.s.cur.end
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
@@ -440,27 +542,30 @@ cdef class ZeroFill(Worker):
         pthread_mutex_lock(&self.s.mu)
         if self.s.cur.fd >= 0:
             close(self.s.cur.fd)
-        self.s.cur = self.s.nxt
-        fb_store(&self.s.cur.pos, self.s.nxt.pos)
+        self.s.cur.fd = self.s.nxt.fd
+        self.s.cur.end = self.s.nxt.end
+        fb_store(&self.s.cur.head, fb_load(&self.s.nxt.head))
+        fb_store(&self.s.cur.pos, fb_load(&self.s.nxt.pos))
         self.s.nxt.fd = -1
-        self.s.written = self.s.cur.head
         self.s.nxt_due = False
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
 
     def claim(self, int64_t end):
         """The loop is about to write records up to offset `end` of the current file."""
+        cdef int64_t pos = fb_load(&self.s.cur.pos)
         cdef bint half = not self.s.nxt_due and end * 2 >= self.s.cur.end and self.s.nxt.fd >= 0
-        self.s.written = end
-        if end <= fb_load(&self.s.cur.pos) and not half:
+        fb_store(&self.s.cur.head, end)
+        if end <= pos and not half and not (fb_load(&self.s.asleep)
+                                            and pos < end + FILL_AHEAD // 2):
             return
+        # The filler is behind (it must skip past the record), or has fallen
+        # to half its lead and sleeps, or the spare's turn has come.
         with nogil:
             pthread_mutex_lock(&self.s.mu)
-            if end > self.s.cur.head:
-                self.s.cur.head = end
             if half:
                 self.s.nxt_due = True
-                pthread_cond_signal(&self.s.wake)
+            pthread_cond_signal(&self.s.wake)
             pthread_mutex_unlock(&self.s.mu)
 
     def take_error(self):

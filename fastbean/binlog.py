@@ -24,7 +24,7 @@ import time
 
 from fastbean._core import FILE_FIRST_RECORD, FILE_HEADER
 from fastbean._sync import SyncThread, ZeroFill
-from fastbean.config import DEFAULT_FSYNC_MS
+from fastbean.config import DEFAULT_FSYNC_MS, FSYNC_THREADS
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import event
 
@@ -62,9 +62,6 @@ class Binlog:
         self._alloc_failed = False  # the last attempt to make a spare failed (logged once)
         self._lock_fd = -1
         self._commit_pending = False
-        # Commit right after the turn's reads have run: one write per turn.
-        # Only -f 0 holds back while a sync is in flight (see _start_sync).
-        self._eager = True
         self._written_seq = 0       # records written to the files
         self._synced_seq = 0        # records fsynced
         self._last_sync = 0.0
@@ -172,7 +169,7 @@ class Binlog:
         # The engine's first record (the highest id so far) is on disk before
         # older files can go.
         self._write_segments(*core.take_wal())
-        self._offer_spare()
+        self._offer_spare(core.wal_status()[1])
         if self.fsync and self.loop is not None:
             self._sync_thread()
         self._collect()
@@ -258,10 +255,9 @@ class Binlog:
             self._spare = 0
         self._next_seq = seq
 
-    def _offer_spare(self):
+    def _offer_spare(self, resv):
         # Keep a spare ready, big enough for -s bytes beyond the deletes the
-        # engine keeps room for, with an eighth to spare for their growth.
-        live, resv, used, cap, nfiles = self.core.wal_status()
+        # engine keeps room for (resv), with an eighth to spare for their growth.
         need = resv + resv // 8 + FILE_FIRST_RECORD
         if self._spare:
             f = self._ready[self._spare]
@@ -281,6 +277,8 @@ class Binlog:
     def _make_current(self, seq):
         f = self._ready.pop(seq)
         self.fd, self.seq, self.used = f.fd, seq, f.used
+        if self._syncer is not None:
+            self._syncer.file(self.fd)
         if self._filler is not None:
             if seq == self._fill_spare:
                 self._filler.promote()
@@ -354,7 +352,9 @@ class Binlog:
 
     def _sync_thread(self):
         if self._syncer is None:
-            self._syncer = SyncThread()
+            self._syncer = SyncThread(FSYNC_THREADS if self.fsync_ms == 0 else 1)
+            if self.fd >= 0:
+                self._syncer.file(self.fd)
             self.loop.add_reader(self._syncer.fileno(), self._sync_done)
         return self._syncer
 
@@ -363,16 +363,17 @@ class Binlog:
         self._start_sync()
 
     def _start_sync(self):
-        # The sync thread covers every record written so far, while the loop
+        # A sync thread covers every record written so far, while the loop
         # goes on running commands. With -f 0 their replies wait for it: that
-        # is the group commit.
+        # is the group commit. Each turn's records ask at once; a thread
+        # free by then starts on them, else the first to finish takes them
+        # with whatever else has come.
         if self._asked_seq >= self._written_seq:
             return
-        self._last_sync = time.monotonic()
+        if self.fsync_ms:
+            self._last_sync = time.monotonic()
         self._asked_seq = self._written_seq
-        if self.fsync_ms == 0:
-            self._eager = False
-        self._sync_thread().request(self.fd, self._written_seq)
+        self._sync_thread().request(self._written_seq)
 
     def _sync_done(self):
         seq, err = self._syncer.collect()
@@ -388,10 +389,6 @@ class Binlog:
             self._recovered()
         self._synced_seq = max(self._synced_seq, seq)
         if self.fsync_ms == 0:
-            # The sync thread is idle again: the next turn's records start a
-            # sync as soon as they have run instead of on the loop turn after,
-            # so one group syncs while the next gathers.
-            self._eager = self._asked_seq <= self._synced_seq
             if err:
                 self.core.set_failed(seq)
             else:
@@ -418,8 +415,8 @@ class Binlog:
             self.commit()
 
     def end_of_turn(self):
-        """The loop turn's reads have run: commit now, unless -f 0 waits for a sync."""
-        if self._commit_pending and self._eager:
+        """The loop turn's reads have run: commit their records now."""
+        if self._commit_pending:
             self.commit()
 
     def commit(self):
@@ -428,8 +425,10 @@ class Binlog:
         self._commit_pending = False
         self._write_segments(*self.core.take_wal())
         self._synced()
-        self._offer_spare()
-        self._maintain()
+        live, resv, used, cap, nfiles = self.core.wal_status()
+        self._offer_spare(resv)
+        if nfiles > 1:                  # with one file there is nothing to reclaim
+            self._maintain()
 
     def _synced(self):
         # The records written so far: sync them as -f says.

@@ -9,6 +9,7 @@ MAX_JOB_SIZE_LIMIT = 1 << 30          # beanstalkd caps -z here
 BACKLOG = 1024                         # listen() backlog, as beanstalkd's
 DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
+FSYNC_THREADS = 2                      # fdatasyncs of the binlog that may run at once (see _sync.pyx)
 DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
 MAX_BUSY_POLL_US = 1_000_000
 BATCH_LIMIT = 1024                     # commands one connection runs before others get a turn

@@ -1,5 +1,5 @@
 """Fixtures shared by the test files: real servers, started per test and stopped by PID,
-and a disk that fails fdatasync."""
+a disk that fails fdatasync, and one whose fdatasync waits for the test."""
 import os
 import subprocess
 
@@ -52,14 +52,63 @@ int fdatasync(int fd)
 """
 
 
+GATED_FDATASYNC = r"""
+/* LD_PRELOAD shim: fdatasync of a file named FASTBEAN_TEST_GATE_NAME (any
+ * file when it is empty) waits while the file named by FASTBEAN_TEST_GATE
+ * exists, as a disk that has not answered yet. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int fdatasync(int fd)
+{
+    const char *gate = getenv("FASTBEAN_TEST_GATE");
+    const char *name = getenv("FASTBEAN_TEST_GATE_NAME");
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    path[n > 0 ? n : 0] = 0;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (gate && (!name || !*name || strcmp(base, name) == 0))
+        while (access(gate, F_OK) == 0)
+            usleep(1000);
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+"""
+
+
+def _preload(tmp_path, monkeypatch, name, source):
+    # Servers started from now on run with this shim preloaded, after whatever
+    # is preloaded already (make asan's runtime must stay first).
+    src, shim = tmp_path / (name + ".c"), tmp_path / (name + ".so")
+    src.write_text(source)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
+    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
+    monkeypatch.setenv("LD_PRELOAD", preload)
+
+
 @pytest.fixture
 def failing_fsync(tmp_path, monkeypatch):
     """Servers started from now on fail fdatasync while the returned file exists."""
-    src, shim, flag = tmp_path / "shim.c", tmp_path / "shim.so", tmp_path / "eio"
-    src.write_text(FAILING_FDATASYNC)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
-    # after whatever is preloaded already (make asan's runtime must stay first)
-    preload = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(shim)]))
-    monkeypatch.setenv("LD_PRELOAD", preload)
+    flag = tmp_path / "eio"
+    _preload(tmp_path, monkeypatch, "eio-shim", FAILING_FDATASYNC)
     monkeypatch.setenv("FASTBEAN_TEST_EIO", str(flag))
     return flag
+
+
+@pytest.fixture
+def gated_fsync(tmp_path, monkeypatch):
+    """gate(name=""): servers started from now on hold every fdatasync of the
+    file called name (of any file, by default) while the returned file exists."""
+    _preload(tmp_path, monkeypatch, "gate-shim", GATED_FDATASYNC)
+
+    def gate(name=""):
+        flag = tmp_path / "gate"
+        flag.write_text("")
+        monkeypatch.setenv("FASTBEAN_TEST_GATE", str(flag))
+        monkeypatch.setenv("FASTBEAN_TEST_GATE_NAME", name)
+        return flag
+    return gate

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from fastbean._sync import FILL_AHEAD_BYTES, FILL_CHUNK_BYTES
 from tests.servers import Client, Server, free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -192,9 +193,11 @@ def unwritten_bytes(path):
 def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
     # With -f 0 each group commit waits on an fdatasync, and on ext4 or XFS
     # that is much slower over space fallocate reserved: it also commits
-    # the journal. A thread overwrites the new file's reserved space with
-    # zeros, so the records land on written blocks; and once the records
-    # have reached half of it, the spare file's, which they go to next.
+    # the journal. A thread overwrites the reserved space with zeros a
+    # bounded distance ahead of the records, so they land on written blocks;
+    # and once the records have reached half of the file, the start of the
+    # spare file's, which they go to next. No further: a file the records
+    # never reach is not written twice.
     probe = tmp_path / "probe"
     fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -208,6 +211,7 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
         pytest.skip("no FIEMAP on this filesystem: %s" % e)
     if not reserved:
         pytest.skip("this filesystem has no unwritten extents to fill")
+    ahead, chunk = FILL_AHEAD_BYTES, FILL_CHUNK_BYTES
     d = tmp_path / "binlog"
     for policy, filled in (("0", True), ("50", False)):
         d.mkdir()
@@ -219,23 +223,30 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
             assert len(names) == 2          # the current file and the spare
             current, spare = [d / n for n in names]
 
-            def wait_filled(path):
+            def zeroed(path, at_least):
+                # bytes no longer reserved-only, once the filler has done them
                 deadline = time.monotonic() + 30
-                while filled and unwritten_bytes(path) > 65536 and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                return unwritten_bytes(path)
+                while True:
+                    done = os.path.getsize(path) - unwritten_bytes(path)
+                    if not filled or done >= at_least or time.monotonic() > deadline:
+                        return done
 
-            left = wait_filled(current)
-            assert unwritten_bytes(spare) > 3 << 20     # not yet: the current file is nearly empty
+            cur_done = zeroed(current, ahead)
+            spare_early = os.path.getsize(spare) - unwritten_bytes(spare)
             for _ in range(36):                         # past half of the current file
                 c.put(b"y" * 60000)
-            spare_left = wait_filled(spare)
+            written = os.path.getsize(current) // 2 + chunk
+            cur_later = zeroed(current, written + ahead - chunk)
+            spare_done = zeroed(spare, ahead)
             assert c.peek(1) == b"x" * 1000
-        for n in (left, spare_left):
-            if filled:
-                assert n <= 65536, (left, spare_left)   # all but the chunk the records start in
-            else:
-                assert n > 3 << 20, (left, spare_left)
+        if filled:
+            # the lead, and no more: a chunk's rounding at each end
+            assert ahead <= cur_done <= ahead + 3 * chunk, cur_done
+            assert spare_early < chunk, spare_early     # not yet: the current file is nearly empty
+            assert written + ahead - chunk <= cur_later <= os.path.getsize(current) - chunk
+            assert ahead <= spare_done <= ahead + 3 * chunk, spare_done
+        else:
+            assert cur_done < chunk and spare_done < chunk, (cur_done, spare_done)
         s.kill()
         s.wait()
         s = fastbean(tmp_path)
@@ -493,6 +504,60 @@ def test_fsync_error_fails_every_record_written_before_it(tmp_path, failing_fsyn
         with Client(s.port) as c:
             later = c.put(b"after")
             assert c.peek(first) == b"before" and c.peek(later) == b"after"
+    finally:
+        s.stop()
+
+
+def no_reply(c, wait=0.5):
+    """True when nothing comes back on c within `wait` seconds (a reply held back)."""
+    before = c.sock.gettimeout()
+    c.sock.settimeout(wait)
+    try:
+        c.sock.recv(1, socket.MSG_PEEK)     # a reply, or the end of the connection
+        return False
+    except socket.timeout:
+        return True
+    finally:
+        c.sock.settimeout(before)
+
+
+def test_f0_reply_never_overtakes_its_fsync(tmp_path, gated_fsync):
+    # With -f 0 a reply says its record is on disk: while the disk has not
+    # answered the fdatasync, no client hears of its put, nor of anything
+    # else that came after it.
+    gate = gated_fsync()
+    s = fastbean(tmp_path, "-f", "0")
+    try:
+        with Client(s.port) as c1, Client(s.port) as c2:
+            c1.send(b"put 0 0 60 1\r\na\r\n")
+            time.sleep(0.1)
+            c2.send(b"put 0 0 60 1\r\nb\r\n")
+            assert no_reply(c1) and no_reply(c2)
+            gate.unlink()
+            assert c1.line() == b"INSERTED 1" and c2.line() == b"INSERTED 2"
+    finally:
+        s.stop()
+
+
+def test_f0_later_file_never_reports_before_the_finished_one(tmp_path, gated_fsync):
+    # Two fdatasyncs may run at once, but they are reported in the order they
+    # started. Here the first file's sync hangs while the records have moved
+    # on to the next file, whose own sync completes: the replies still wait,
+    # since the first file's records (and those of the turn that finished
+    # it) are not on disk yet.
+    gate = gated_fsync("binlog.1")
+    s = fastbean(tmp_path, "-f", "0", "-s", "8192")
+    try:
+        with Client(s.port) as c1, Client(s.port) as c2:
+            body = b"x" * 1000
+            c1.send(b"".join(b"put 0 0 60 1000\r\n" + body + b"\r\n" for _ in range(20)))
+            time.sleep(0.3)                     # one sync thread waits on binlog.1
+            c2.send(b"put 0 0 60 1\r\nb\r\n")   # the other syncs the newest file
+            assert no_reply(c1) and no_reply(c2)
+            assert len([n for n in os.listdir(tmp_path / "binlog") if n.startswith("binlog.")]) > 2
+            gate.unlink()
+            assert [c1.line() for _ in range(20)] == [b"INSERTED %d" % i for i in range(1, 21)]
+            assert c2.line() == b"INSERTED 21"
     finally:
         s.stop()
 

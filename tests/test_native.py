@@ -2,6 +2,7 @@
 prefault pool. Both are exercised for real: syncs of real files and of an fd
 that cannot be synced; arenas taken from the pool by a real interpreter."""
 import os
+import random
 import select
 import subprocess
 import sys
@@ -23,9 +24,10 @@ def test_sync_thread_reports_each_sync(tmp_path):
     t = SyncThread()
     try:
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+        t.file(fd)
         for seq in (3, 7, 8):
             os.write(fd, b"x" * 100)
-            t.request(fd, seq)
+            t.request(seq)
             assert wait_done(t) == (seq, 0)
         os.close(fd)
     finally:
@@ -33,12 +35,13 @@ def test_sync_thread_reports_each_sync(tmp_path):
 
 
 def test_sync_thread_survives_the_caller_closing_its_fd(tmp_path):
-    # The request holds its own dup: rotation closes the file while a sync runs.
+    # The thread holds its own dup: rotation closes the file while a sync runs.
     t = SyncThread()
     try:
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, b"x")
-        t.request(fd, 5)
+        t.file(fd)
+        t.request(5)
         os.close(fd)
         assert wait_done(t) == (5, 0)
     finally:
@@ -49,11 +52,13 @@ def test_sync_thread_reports_errors_and_goes_on(tmp_path):
     t = SyncThread()
     r, w = os.pipe()
     try:
-        t.request(w, 1)                 # fdatasync on a pipe: EINVAL
+        t.file(w)
+        t.request(1)                    # fdatasync on a pipe: EINVAL
         seq, err = wait_done(t)
         assert seq == 1 and err == 22
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
-        t.request(fd, 2)
+        t.file(fd)
+        t.request(2)
         os.close(fd)
         assert wait_done(t) == (2, 0)   # the error was reported once
     finally:
@@ -66,10 +71,47 @@ def test_sync_thread_finishes_what_was_asked_before_stopping(tmp_path):
     t = SyncThread()
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, b"x")
-    t.request(fd, 9)
+    t.file(fd)
+    t.request(9)
     os.close(fd)
     t.stop()
     assert t.collect() == (9, 0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sync_threads_lose_no_request(tmp_path, threads):
+    # A request is an atomic store that wakes a thread only when one sleeps:
+    # requests made in every phase of the threads' work (asleep, syncing,
+    # just finished) are all synced and reported, whatever the interleaving.
+    rnd = random.Random(threads)
+    t = SyncThread(threads)
+    try:
+        fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+        t.file(fd)
+        synced = 0
+        for seq in range(1, 301):
+            os.write(fd, b"x" * 50)
+            t.request(seq)
+            if rnd.random() < 0.3:
+                while synced < seq:
+                    synced, err = wait_done(t)
+                    assert err == 0
+                assert synced == seq        # never past what was asked
+        while synced < 300:
+            synced, err = wait_done(t)
+            assert err == 0
+        t.request(200)                      # an older number asks nothing new
+        assert not select.select([t.fileno()], [], [], 0.2)[0]
+        os.close(fd)
+    finally:
+        t.stop()
+
+
+def test_sync_thread_count_is_checked():
+    with pytest.raises(ValueError):
+        SyncThread(0)
+    with pytest.raises(ValueError):
+        SyncThread(5)
 
 
 def test_arena_pool_feeds_pymalloc_and_gives_memory_back():
