@@ -25,7 +25,7 @@ def build_tool(name):
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if cc is None:
             sys.exit("benchmarks need a C compiler for %s (apt-get install gcc)" % name)
-        subprocess.run([cc, "-O2", "-Wall", "-o", exe, src], check=True)
+        subprocess.run([cc, "-O2", "-Wall", "-pthread", "-o", exe, src], check=True)
     return exe
 
 
