@@ -171,6 +171,11 @@ cdef class Core:
         """Reads fed so far."""
         return self.nreads
 
+    @property
+    def holding(self):
+        """True while replies wait for their binlog records to be durable."""
+        return bool(self.held)
+
     def wake_on_read(self):
         """The busy poller lets the loop sleep: call on_wake at the next read."""
         enter(self)

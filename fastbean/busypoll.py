@@ -96,7 +96,13 @@ class BusyPoll:
             self._turn_due = False
             self._end_turn()
         now = time.monotonic_ns()
-        reads = self._core.reads
+        core = self._core
+        if core.holding:
+            # replies wait for an fsync: sleep until it (or another read) comes
+            self._sleep(now)
+            core.wake_on_read()
+            return
+        reads = core.reads
         if reads != self._seen:
             self._seen = reads
             self._deadline = now + self.window_ns
@@ -104,7 +110,7 @@ class BusyPoll:
             self.idle_ns += now - self._looked
             if now >= self._deadline:
                 self._sleep(now)
-                self._core.wake_on_read()
+                core.wake_on_read()
                 return
         self._looked = now
         self._loop.call_soon(self._poll)

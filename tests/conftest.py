@@ -55,7 +55,8 @@ int fdatasync(int fd)
 GATED_FDATASYNC = r"""
 /* LD_PRELOAD shim: fdatasync of a file named FASTBEAN_TEST_GATE_NAME (any
  * file when it is empty) waits while the file named by FASTBEAN_TEST_GATE
- * exists, as a disk that has not answered yet. */
+ * exists, as a disk that has not answered yet, and then
+ * FASTBEAN_TEST_GATE_DELAY_US more, as a slow disk. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -71,9 +72,13 @@ int fdatasync(int fd)
     ssize_t n = readlink(link, path, sizeof path - 1);
     path[n > 0 ? n : 0] = 0;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (gate && (!name || !*name || strcmp(base, name) == 0))
+    const char *delay = getenv("FASTBEAN_TEST_GATE_DELAY_US");
+    if (gate && (!name || !*name || strcmp(base, name) == 0)) {
         while (access(gate, F_OK) == 0)
             usleep(1000);
+        if (delay)
+            usleep(atoi(delay));
+    }
     int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
     return real(fd);
 }
@@ -102,7 +107,8 @@ def failing_fsync(tmp_path, monkeypatch):
 @pytest.fixture
 def gated_fsync(tmp_path, monkeypatch):
     """gate(name=""): servers started from now on hold every fdatasync of the
-    file called name (of any file, by default) while the returned file exists."""
+    file called name (of any file, by default) while the returned file exists
+    (and FASTBEAN_TEST_GATE_DELAY_US more, if that is set)."""
     _preload(tmp_path, monkeypatch, "gate-shim", GATED_FDATASYNC)
 
     def gate(name=""):

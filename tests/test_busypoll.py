@@ -96,3 +96,23 @@ def test_many_quick_clients_all_get_their_turns(poll):
             assert c.yaml(b"stats")["current-jobs-ready"] == 2400
     finally:
         assert server.stop() == 0
+
+
+def test_no_polling_while_replies_wait_for_the_disk(tmp_path, gated_fsync, monkeypatch):
+    # With -f 0 a client hears nothing until its record is on disk, so after
+    # its put there is nothing to poll for: the loop sleeps until the fsync
+    # returns. Here each fsync takes 2 ms more and the window may reach 10 ms;
+    # a poller that spun through the waits would report about 0.4 s of idle
+    # polling for 200 puts.
+    gated_fsync().unlink()                      # no gate: only the slow disk
+    monkeypatch.setenv("FASTBEAN_TEST_GATE_DELAY_US", "2000")
+    binlog = tmp_path / "binlog"
+    binlog.mkdir()
+    server = Server.start("fastbean", "-b", binlog, "-f", "0", "--busy-poll", "10000")
+    try:
+        stats = ping_pong(server.port, 200)
+        assert stats["busy-poll-window-us"] > 0     # the poller is at work between the waits
+        assert stats["busy-poll-idle-seconds"] < 0.05, stats
+    finally:
+        server.stop()
+
