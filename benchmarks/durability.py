@@ -63,6 +63,24 @@ def steal(before, after):
     return d[7] / max(1, sum(d))
 
 
+def thread_cpu(pid):
+    """CPU seconds of a process's first thread (the event loop) and of all its others."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = others = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue                    # a thread that just ended
+        used = (int(fields[11]) + int(fields[12])) / tick      # utime + stime
+        if int(tid) == pid:
+            main += used
+        else:
+            others += used
+    return main, others
+
+
 def scrape(port):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
         text = r.read().decode()
@@ -81,15 +99,21 @@ def run_once(clients, binlog, seconds, warmup, kind="fastbean"):
     if binlog and kind == "fastbean":
         args += ["--metrics", str(mport)]
     with Server.start(kind, *args, binlog=binlog, timeout=600) as srv:
-        if binlog:
-            loadgen(srv.port, "put", conns=clients, depth=1, seconds=warmup)
+        loadgen(srv.port, "put", conns=clients, depth=1, seconds=warmup)
+        if binlog and kind == "fastbean":
             m0 = scrape(mport)
-        t0 = cpu_times()
+        t0, c0 = cpu_times(), thread_cpu(srv.pid)
         res = loadgen(srv.port, "put", conns=clients, depth=1, seconds=seconds)
+        c1 = thread_cpu(srv.pid)
         st = steal(t0, cpu_times())
         if st > STEAL_LIMIT:
             return None, st
-        out = {"ops": res["ops_per_sec"], "p50_us": res["p50_us"], "steal": round(st, 3)}
+        n = max(1, res["transactions"])
+        out = {"ops": res["ops_per_sec"], "p50_us": res["p50_us"], "steal": round(st, 3),
+               # CPU per put, in microseconds: the server's event loop, its other
+               # threads (fsync, zero-fill), the load generator
+               "loop_us": 1e6 * (c1[0] - c0[0]) / n, "threads_us": 1e6 * (c1[1] - c0[1]) / n,
+               "client_us": 1e6 * res["client_cpu_sec"] / n}
         if binlog and kind == "fastbean":
             m1 = scrape(mport)
             d = {k: m1[k] - m0[k] for k in m1}
@@ -155,6 +179,12 @@ def main(argv=None):
               "%9.0f (%6.0f..%6.0f) %8.2fx %6.1f %8.3f" % (
                   c, *f0_ops, *off_ops, f0_ops[0] / off_ops[0], bound, f0_ops[0] / bound,
                   *null_ops, f0_ops[0] / null_ops[0], row["group"], row["fsync_ms"]))
+    print("\nCPU per put, us (medians): event loop / other threads (fsync, zero-fill) / load generator")
+    for row in rows:
+        print("%8d" % row["clients"] + "".join(
+            "   %s %5.2f / %4.2f / %5.2f" % (name, *(statistics.median(r[k] for r in row[key])
+                                                 for k in ("loop_us", "threads_us", "client_us")))
+            for name, key in (("-f 0", "f0"), ("off", "off"), ("nullserver -f 0", "null_f0"))))
     write_results(args.json, started, fsync_p50_s=fsync_p50, fsync_p90_s=fsync_p90,
                   round_trip_s=rtt, rows=rows)
     chart(rows, os.path.splitext(args.json)[0] + ".png", fsync_p50, rtt)

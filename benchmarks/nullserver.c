@@ -59,7 +59,7 @@ static int epfd;
 static uint64_t next_id = 1;
 
 /* -f DIR: the group commit */
-#define LOG_SIZE (256L << 20)
+#define LOG_SIZE (64L << 20)
 #define RECORD_HEADER 64            /* about a beanstalkd record's header and tube name */
 static int logfd = -1;
 static off_t log_off;
