@@ -54,16 +54,21 @@ def table_buckets(port):
         return int(c.yaml(b"fastbean-stats")["job-table-buckets"])
 
 
-def give_back_time(server, goal, limit):
-    """Seconds until RSS is at most goal, watched from /proc (no traffic); None past limit."""
+def watch_rss(server, seconds):
+    """RSS every 50 ms for `seconds`, from /proc (no traffic): [(elapsed, rss), ...]."""
     start = time.monotonic()
+    trace = []
     while True:
         elapsed = time.monotonic() - start
-        if server.rss() <= goal:
-            return elapsed
-        if elapsed > limit:
-            return None
+        trace.append((elapsed, server.rss()))
+        if elapsed > seconds:
+            return trace
         time.sleep(0.05)
+
+
+def first_at_most(trace, goal):
+    """When the trace first came down to goal; None if it never did."""
+    return next((t for t, rss in trace if rss <= goal), None)
 
 
 def measure(kind, jobs, body):
@@ -77,18 +82,18 @@ def measure(kind, jobs, body):
         time.sleep(IDLE_SETTLE)
         full = server.rss()
         drain = loadgen(server.port, "reserve", conns=10, depth=16, seconds=0, tube="bench")
-        back = give_back_time(server, empty + GIVE_BACK_ROOM, GIVE_BACK_LIMIT + 5)
-        drained_5s = server.rss()
-        time.sleep(max(0.0, GIVE_BACK_LIMIT - (back or GIVE_BACK_LIMIT)))
-        drained = server.rss()
+        trace = watch_rss(server, GIVE_BACK_LIMIT)
         left = live_jobs(stats(server.port))
+    drained = trace[-1][1]
     if fill["errors"] or held != jobs or left:
         sys.exit("%s: fill or drain went wrong (put errors %d, %d of %d jobs held, %d left)"
                  % (kind, fill["errors"], held, jobs, left))
-    return {"empty": empty, "full_busy": busy, "full": full, "drained": max(drained, drained_5s),
-            "per_job": (full - empty) / jobs, "per_job_busy": (busy - empty) / jobs,
-            "give_back_seconds": back, "fill_seconds": fill["seconds"],
-            "drain_seconds": drain["seconds"]}
+    return {"empty": empty, "full_busy": busy, "full": full, "drained": drained,
+            "at_drain": trace[0][1], "per_job": (full - empty) / jobs,
+            "per_job_busy": (busy - empty) / jobs,
+            "give_back_seconds": first_at_most(trace, empty + GIVE_BACK_ROOM),
+            "settled_seconds": first_at_most(trace, drained + MB),
+            "fill_seconds": fill["seconds"], "drain_seconds": drain["seconds"]}
 
 
 def parse_sizes(text):
@@ -104,16 +109,16 @@ def report_sizes(res, sizes):
     for jobs, body in sizes:
         key = "%dx%d" % (jobs, body)
         print("\n%d jobs of %d bytes" % (jobs, body))
-        print("%-10s %9s %9s %9s %10s %9s %11s %9s" % (
-            "server", "empty MB", "full MB", "B/job", "B/job busy", "drained", "drained-emp",
-            "back in"))
+        print("%-10s %8s %8s %8s %10s %9s %8s %11s %8s %8s" % (
+            "server", "empty MB", "full MB", "B/job", "B/job busy", "at drain", "drained",
+            "drained-emp", "back in", "settled"))
         for kind in KINDS:
             r = res[key][kind]
             back = r["give_back_seconds"]
-            print("%-10s %9.1f %9.1f %9.1f %10.1f %9.1f %11.1f %9s" % (
+            print("%-10s %8.1f %8.1f %8.1f %10.1f %9.1f %8.1f %11.1f %8s %7.2fs" % (
                 kind, r["empty"] / MB, r["full"] / MB, r["per_job"], r["per_job_busy"],
-                r["drained"] / MB, (r["drained"] - r["empty"]) / MB,
-                "-" if back is None else "%.2fs" % back))
+                r["at_drain"] / MB, r["drained"] / MB, (r["drained"] - r["empty"]) / MB,
+                "-" if back is None else "%.2fs" % back, r["settled_seconds"]))
         b, f = res[key]["beanstalkd"], res[key]["fastbean"]
         back = f["give_back_seconds"]
         targets += [
@@ -144,15 +149,16 @@ def churn_once(queue, seconds):
         loadgen(server.port, "put", conns=4, depth=16, seconds=0, total=queue)
         before = table_buckets(server.port)
         rss_before = server.rss()
-        steal0 = steal_ticks()
-        run = loadgen(server.port, "roundtrip", conns=10, depth=4, seconds=seconds, warmup=0.5)
-        steal = steal_ticks() - steal0
+        steal0, cpu0 = steal_ticks(), server.cpu()
+        run = loadgen(server.port, "roundtrip", conns=10, depth=4, seconds=seconds, warmup=0)
+        steal, cpu = steal_ticks() - steal0, server.cpu() - cpu0
         after = table_buckets(server.port)
         held = int(stats(server.port, b"stats-tube bench")["current-jobs-ready"])
     if run["errors"] or held != queue:
         sys.exit("churn went wrong (errors %d, %d of %d jobs held)" % (run["errors"], held, queue))
-    return {"ops": run["ops_per_sec"], "buckets_before": before, "buckets_after": after,
-            "rss_before": rss_before, "steal_ticks": steal}
+    return {"ops": run["ops_per_sec"], "cpu_us": cpu * 1e6 / run["transactions"],
+            "buckets_before": before, "buckets_after": after, "rss_before": rss_before,
+            "steal_ticks": steal}
 
 
 def churn(base, queue, seconds, repeats):
@@ -175,15 +181,19 @@ def churn(base, queue, seconds, repeats):
         else:
             os.environ["FASTBEAN_CMD"] = saved
     ratios = [t["ops"] / b["ops"] for t, b in zip(runs["this"], runs["base"])]
+    cpu_ratios = [t["cpu_us"] / b["cpu_us"] for t, b in zip(runs["this"], runs["base"])]
     print("\nsteady queue of %d jobs, round trips (put, reserve, delete), c10 d4, %.0f s a run"
           % (queue, seconds))
-    print("%-6s %12s %16s %12s" % ("build", "round trips/s", "table buckets", "steal ticks"))
+    print("%-6s %13s %15s %16s %12s" % ("build", "round trips/s", "server us/trip",
+                                         "table buckets", "steal ticks"))
     for name in builds:
         for r in runs[name]:
-            print("%-6s %12.0f %8d->%-7d %12d" % (name, r["ops"], r["buckets_before"],
-                                                r["buckets_after"], r["steal_ticks"]))
-    print("this / base: %s (median %.3f, spread %.3f-%.3f)" % (
-        " ".join("%.3f" % x for x in ratios), statistics.median(ratios), min(ratios), max(ratios)))
+            print("%-6s %13.0f %15.2f %8d->%-7d %12d" % (
+                name, r["ops"], r["cpu_us"], r["buckets_before"], r["buckets_after"],
+                r["steal_ticks"]))
+    for what, xs in (("round trips/s", ratios), ("server CPU per trip", cpu_ratios)):
+        print("this / base, %s: %s (median %.3f, spread %.3f-%.3f)" % (
+            what, " ".join("%.3f" % x for x in xs), statistics.median(xs), min(xs), max(xs)))
     steady = all(r["buckets_before"] == r["buckets_after"] for r in runs["this"])
     targets = [
         {"what": "churn: id table the same size before and after", "value": float(steady),
@@ -191,8 +201,11 @@ def churn(base, queue, seconds, repeats):
         {"what": "churn: round trips/s this / base (median of %d)" % repeats,
          "value": statistics.median(ratios), "goal": ">= 0.97 (noise)",
          "met": statistics.median(ratios) >= 0.97},
+        {"what": "churn: server CPU per trip this / base (median)",
+         "value": statistics.median(cpu_ratios), "goal": "<= 1.03 (noise)",
+         "met": statistics.median(cpu_ratios) <= 1.03},
     ]
-    return {"runs": runs, "ratios": ratios}, targets
+    return {"runs": runs, "ratios": ratios, "cpu_ratios": cpu_ratios}, targets
 
 
 def main(argv=None):
@@ -203,7 +216,7 @@ def main(argv=None):
     ap.add_argument("--churn", action="store_true", help="also run the steady-queue churn")
     ap.add_argument("--base", help="another fastbean checkout, built in place, for --churn")
     ap.add_argument("--churn-queue", type=int, default=200_000)
-    ap.add_argument("--churn-seconds", type=float, default=4.0)
+    ap.add_argument("--churn-seconds", type=float, default=3.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=os.path.join(RESULTS, "memory.json"))
     args = ap.parse_args(argv)

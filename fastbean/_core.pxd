@@ -100,6 +100,7 @@ ctypedef struct JobList:
 # file owns (wal_file != 0).
 ctypedef struct Job:
     uint64_t id
+    Job *ht_next              # chain in the id table (beside the id: a lookup reads one cache line)
     int64_t delay_ns          # the delay of the last put/release, as stats-job shows it
     int64_t ttr_ns            # >= 1 s
     int64_t created_wall      # wall ns; stats-job age and the binlog
@@ -113,7 +114,6 @@ ctypedef struct Job:
     uint32_t kick_ct
     int32_t wal_file          # binlog file holding the job's latest full record; 0 if none
     uint8_t state             # JobState
-    Job *ht_next              # chain in the id table
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
     PyObject *body            # owned bytes: the body followed by CRLF
