@@ -143,22 +143,31 @@ def _quote(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
+def timed(server, workload, **kw):
+    """A loadgen run with the server's CPU per transaction and the CPU steal beside it."""
+    steal0, cpu0 = steal_ticks(), server.cpu()
+    run = loadgen(server.port, workload, **kw)
+    run["cpu_us"] = (server.cpu() - cpu0) * 1e6 / max(1, run["transactions"])
+    run["steal_ticks"] = steal_ticks() - steal0
+    return run
+
+
 def churn_once(queue, seconds):
-    """A steady queue: prefill, then put/reserve/delete round trips on top of it."""
+    """Puts of a backlog, round trips (put, reserve, delete) on top of it at a
+    steady size, then reserve and delete of the whole backlog."""
     with Server.start("fastbean", timeout=600) as server:
-        loadgen(server.port, "put", conns=4, depth=16, seconds=0, total=queue)
+        fill = timed(server, "put", conns=10, depth=16, seconds=0, total=queue)
         before = table_buckets(server.port)
-        rss_before = server.rss()
-        steal0, cpu0 = steal_ticks(), server.cpu()
-        run = loadgen(server.port, "roundtrip", conns=10, depth=4, seconds=seconds, warmup=0)
-        steal, cpu = steal_ticks() - steal0, server.cpu() - cpu0
+        run = timed(server, "roundtrip", conns=10, depth=4, seconds=seconds, warmup=0)
         after = table_buckets(server.port)
         held = int(stats(server.port, b"stats-tube bench")["current-jobs-ready"])
-    if run["errors"] or held != queue:
+        drain = timed(server, "reserve", conns=10, depth=16, seconds=0, tube="bench")
+    if run["errors"] or fill["errors"] or held != queue:
         sys.exit("churn went wrong (errors %d, %d of %d jobs held)" % (run["errors"], held, queue))
-    return {"ops": run["ops_per_sec"], "cpu_us": cpu * 1e6 / run["transactions"],
-            "buckets_before": before, "buckets_after": after, "rss_before": rss_before,
-            "steal_ticks": steal}
+    return {"ops": run["ops_per_sec"], "cpu_us": run["cpu_us"], "put_ops": fill["ops_per_sec"],
+            "put_cpu_us": fill["cpu_us"], "drain_ops": drain["ops_per_sec"],
+            "drain_cpu_us": drain["cpu_us"], "buckets_before": before, "buckets_after": after,
+            "steal_ticks": fill["steal_ticks"] + run["steal_ticks"] + drain["steal_ticks"]}
 
 
 def churn(base, queue, seconds, repeats):
@@ -180,19 +189,25 @@ def churn(base, queue, seconds, repeats):
             os.environ.pop("FASTBEAN_CMD", None)
         else:
             os.environ["FASTBEAN_CMD"] = saved
-    ratios = [t["ops"] / b["ops"] for t, b in zip(runs["this"], runs["base"])]
-    cpu_ratios = [t["cpu_us"] / b["cpu_us"] for t, b in zip(runs["this"], runs["base"])]
-    print("\nsteady queue of %d jobs, round trips (put, reserve, delete), c10 d4, %.0f s a run"
-          % (queue, seconds))
-    print("%-6s %13s %15s %16s %12s" % ("build", "round trips/s", "server us/trip",
-                                         "table buckets", "steal ticks"))
+    def ratio(key):
+        return [t[key] / b[key] for t, b in zip(runs["this"], runs["base"])]
+    ratios, cpu_ratios = ratio("ops"), ratio("cpu_us")
+    print("\n%d puts (c10 d16), then round trips (put, reserve, delete) at that steady size"
+          " (c10 d4, %.0f s), then reserve+delete of them all (c10 d16)" % (queue, seconds))
+    print("%-6s %9s %9s %13s %9s %9s %9s %16s %6s" % (
+        "build", "puts/s", "us/put", "round trips/s", "us/trip", "drain/s", "us/job",
+        "table buckets", "steal"))
     for name in builds:
         for r in runs[name]:
-            print("%-6s %13.0f %15.2f %8d->%-7d %12d" % (
-                name, r["ops"], r["cpu_us"], r["buckets_before"], r["buckets_after"],
-                r["steal_ticks"]))
-    for what, xs in (("round trips/s", ratios), ("server CPU per trip", cpu_ratios)):
-        print("this / base, %s: %s (median %.3f, spread %.3f-%.3f)" % (
+            print("%-6s %9.0f %9.2f %13.0f %9.2f %9.0f %9.2f %8d->%-7d %6d" % (
+                name, r["put_ops"], r["put_cpu_us"], r["ops"], r["cpu_us"], r["drain_ops"],
+                r["drain_cpu_us"], r["buckets_before"], r["buckets_after"], r["steal_ticks"]))
+    print("this / base (us: the server's CPU per operation):")
+    for what, key in (("puts/s", "put_ops"), ("us/put", "put_cpu_us"), ("round trips/s", "ops"),
+                      ("us/trip", "cpu_us"), ("drain/s", "drain_ops"),
+                      ("us/job drained", "drain_cpu_us")):
+        xs = ratio(key)
+        print("  %-15s %s (median %.3f, spread %.3f-%.3f)" % (
             what, " ".join("%.3f" % x for x in xs), statistics.median(xs), min(xs), max(xs)))
     steady = all(r["buckets_before"] == r["buckets_after"] for r in runs["this"])
     targets = [
