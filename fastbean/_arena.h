@@ -14,6 +14,11 @@
  *   MADV_POPULATE_WRITE, which maps pages without writing to them, so it is
  *   safe while the loop already uses the start of it.
  *
+ * When the server goes idle, the loop asks the helper to give memory back
+ * (fb_giveback): it unmaps the pooled arenas, stops refilling the pool until
+ * an arena is taken again, and has malloc return its free pages (malloc_trim,
+ * whose time grows with the heap, so it is not run on the loop).
+ *
  * The helper runs at nice 19. On a machine whose cores are all busy (the loop
  * on one, clients on the others) it would otherwise take whole slices from
  * the loop or from a client, stalling them for the few hundred microseconds
@@ -33,6 +38,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -63,16 +69,31 @@ typedef struct {
     /* malloc's heap: the break last seen by the loop, and how far it is populated */
     char *heap_brk;
     char *heap_done;
+    /* idle: the pool is not refilled until an arena is taken; giveback: asked to give back */
+    int idle, giveback;
     /* counters, read by arena_stats() */
-    unsigned long long taken_warm, taken_cold, prefaulted;
+    unsigned long long taken_warm, taken_cold, prefaulted, givebacks;
 } fb_arenas_t;
 
 static fb_arenas_t fb_arenas = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
+/* pymalloc carves an arena into 16 KiB pools and skips a whole pool when the
+ * arena does not start on a pool boundary (1/64 of its memory); mmap only
+ * promises page alignment, so arenas are mapped a little larger and trimmed. */
+#define FB_POOL_ALIGN ((size_t)16 << 10)
+
 static void *fb_map(size_t size)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    size_t span = size + FB_POOL_ALIGN;
+    char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    char *start = (char *)(((uintptr_t)p + FB_POOL_ALIGN - 1) & ~(uintptr_t)(FB_POOL_ALIGN - 1));
+    if (start > p)
+        munmap(p, (size_t)(start - p));
+    if (start + size < p + span)
+        munmap(start + size, (size_t)(p + span - (start + size)));
+    return start;
 }
 
 static void fb_populate(void *p, size_t size)
@@ -101,17 +122,46 @@ static void fb_heap_populate_locked(void)
     }
 }
 
+static void fb_giveback_locked(void)
+{
+    /* Unmap the pooled arenas and trim malloc's heap, outside the lock. */
+    void *pool[FB_ARENA_POOL];
+    int n = fb_arenas.count;
+    size_t size = fb_arenas.size;
+    memcpy(pool, fb_arenas.pool, sizeof(void *) * (size_t)n);
+    fb_arenas.count = 0;
+    fb_arenas.giveback = 0;
+    pthread_mutex_unlock(&fb_arenas.mu);
+    for (int i = 0; i < n; i++)
+        munmap(pool[i], size);
+    malloc_trim(0);
+    char *cur = (char *)sbrk(0);
+    pthread_mutex_lock(&fb_arenas.mu);
+    /* nothing above the new break to populate (fb_heap_check sees it moved) */
+    fb_arenas.heap_done = fb_arenas.heap_brk = cur;
+    fb_arenas.givebacks++;
+}
+
+static int fb_refill_wanted(void)
+{
+    return fb_arenas.size != 0 && fb_arenas.count < FB_ARENA_POOL && !fb_arenas.idle;
+}
+
 static void *fb_prefault_main(void *unused)
 {
     (void)unused;
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);    /* this thread only; best effort */
     pthread_mutex_lock(&fb_arenas.mu);
     for (;;) {
-        while ((fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
+        while (!fb_refill_wanted() && !fb_arenas.giveback
                && fb_arenas.heap_done >= fb_arenas.heap_brk)
             pthread_cond_wait(&fb_arenas.wake, &fb_arenas.mu);
+        if (fb_arenas.giveback) {
+            fb_giveback_locked();
+            continue;
+        }
         fb_heap_populate_locked();
-        if (fb_arenas.size == 0 || fb_arenas.count >= FB_ARENA_POOL)
+        if (!fb_refill_wanted())
             continue;
         size_t size = fb_arenas.size;
         pthread_mutex_unlock(&fb_arenas.mu);
@@ -125,8 +175,9 @@ static void *fb_prefault_main(void *unused)
             pthread_cond_wait(&fb_arenas.wake, &fb_arenas.mu);
             continue;
         }
-        if (fb_arenas.count >= FB_ARENA_POOL) {
-            /* freed arenas filled the pool while this one was being faulted */
+        if (fb_arenas.count >= FB_ARENA_POOL || fb_arenas.idle) {
+            /* freed arenas filled the pool while this one was being faulted,
+             * or the server went idle */
             pthread_mutex_unlock(&fb_arenas.mu);
             munmap(p, size);
             pthread_mutex_lock(&fb_arenas.mu);
@@ -146,6 +197,7 @@ static void *fb_arena_alloc(void *ctx, size_t size)
         return fb_map(size);
     if (fb_arenas.size == 0)
         fb_arenas.size = size;   /* pymalloc's arena size, learnt from its first request */
+    fb_arenas.idle = 0;          /* demand again: refill the pool */
     if (size == fb_arenas.size && fb_arenas.count > 0) {
         p = fb_arenas.pool[--fb_arenas.count];
         fb_arenas.taken_warm++;
@@ -161,7 +213,7 @@ static void fb_arena_free(void *ctx, void *p, size_t size)
 {
     (void)ctx;
     if (pthread_mutex_trylock(&fb_arenas.mu) == 0) {
-        if (size == fb_arenas.size && fb_arenas.count < FB_ARENA_POOL) {
+        if (size == fb_arenas.size && fb_arenas.count < FB_ARENA_POOL && !fb_arenas.idle) {
             fb_arenas.pool[fb_arenas.count++] = p;
             p = NULL;
         }
@@ -190,6 +242,24 @@ static inline void fb_heap_check(void)
     fb_arenas.heap_brk = cur;
     pthread_cond_signal(&fb_arenas.wake);
     pthread_mutex_unlock(&fb_arenas.mu);
+}
+
+/* The server is idle: give back the pool and malloc's free pages, on the
+ * helper. 0 when asked (or done here, without a helper), -1 when the helper
+ * holds the lock: the loop never waits for it, so it asks again later. */
+static int fb_giveback(void)
+{
+    if (!fb_arenas.installed) {
+        malloc_trim(0);
+        return 0;
+    }
+    if (pthread_mutex_trylock(&fb_arenas.mu) != 0)
+        return -1;
+    fb_arenas.idle = 1;
+    fb_arenas.giveback = 1;
+    pthread_cond_signal(&fb_arenas.wake);
+    pthread_mutex_unlock(&fb_arenas.mu);
+    return 0;
 }
 
 /* Install the pool as pymalloc's arena allocator; 0 on success (or when

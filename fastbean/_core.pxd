@@ -93,26 +93,31 @@ ctypedef struct JobList:
     Job *head
     Job *tail
 
+# Laid out to be small: a million jobs of 100 bytes cost less than in
+# beanstalkd (README, Benchmarks). Scalars first, packed; the binlog's list
+# link last, because an engine that never logs allocates its jobs without it
+# (JOB_SIZE_NO_WAL in _job.pxi): that tail is touched only for jobs a binlog
+# file owns (wal_file != 0).
 ctypedef struct Job:
     uint64_t id
-    uint32_t pri
-    uint8_t state             # JobState
-    Py_ssize_t heap_index     # in tube.ready, tube.delay or core.ttr_heap, by state
+    Job *ht_next              # chain in the id table (beside the id: a lookup reads one cache line)
     int64_t delay_ns          # the delay of the last put/release, as stats-job shows it
     int64_t ttr_ns            # >= 1 s
     int64_t created_wall      # wall ns; stats-job age and the binlog
     int64_t deadline          # mono ns: end of the delay (delayed) or of the TTR (reserved)
+    uint32_t pri
+    int32_t heap_index        # in tube.ready, tube.delay or core.ttr_heap, by state
     uint32_t reserve_ct
     uint32_t timeout_ct
     uint32_t release_ct
     uint32_t bury_ct
     uint32_t kick_ct
-    Link link[2]              # LINK_STATE, LINK_WAL
-    Job *ht_next              # chain in the id table
+    int32_t wal_file          # binlog file holding the job's latest full record; 0 if none
+    uint8_t state             # JobState
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
     PyObject *body            # owned bytes: the body followed by CRLF
-    int64_t wal_file          # binlog file holding the job's latest full record; 0 if none
+    Link link[2]              # LINK_STATE, LINK_WAL (last: see above)
 
 
 # Id -> Job. Chained buckets with incremental resizing: while a resize is
@@ -239,6 +244,8 @@ cdef class Core:
     cdef readonly Py_ssize_t mem_used      # bytes of jobs held now
     cdef Py_ssize_t mem_peak               # most job bytes held since the last malloc_trim
     cdef bint trim_due                     # a backlog drained: trim on the next tick
+    cdef int64_t idle_at                   # mono ns to look whether the server is idle (_mem.pxi); INT64_MAX: not armed
+    cdef uint64_t idle_reads               # nreads when that look was armed
     cdef int batch_limit                   # commands per connection per run
     cdef readonly uint64_t mem_refused     # puts refused at the memory cap (metrics)
     cdef readonly bint testing             # --testing: the test-only commands run (_testing.pxi)
@@ -258,6 +265,7 @@ cdef class Core:
     # file holds what. binlog.py keeps the next file ready (the spare), so
     # the engine moves on to it in the middle of a command by itself.
     cdef bint wal_on
+    cdef bint wal_links               # jobs are made with their LINK_WAL tail (replay or wal_start came)
     cdef bytearray wba                # records for the current file not yet handed to binlog.py
     cdef list wsegs                   # (file number, records) of files left since, for binlog.py
     cdef uint64_t wal_seq             # records appended so far

@@ -136,6 +136,11 @@ cdef class Core:
         self.turn = []
         self.default_tube = tube_get(self, b"default", 7, True)
         tube_incref(self.default_tube)        # default is never freed
+        # A new server gives back what start-up left once it has been idle
+        # for a moment, as after every busy spell (_mem.pxi).
+        self.idle_reads = self.nreads
+        self.idle_at = mono_ns() + IDLE_WAIT
+        rearm(self)
 
     def __dealloc__(self):
         # Process exit normally frees everything; this matters for tests that
@@ -196,6 +201,7 @@ cdef class Core:
         done = queue_tick(self, now, budget)
         flush_dirty(self)
         mem_trim(self)
+        mem_idle(self, now)
         if done >= budget:
             self.armed_at = now
             return 0.0
@@ -244,6 +250,7 @@ cdef class Core:
         """Log from now on (replay is over), into binlog.<seq>: cap bytes
         allocated, used written (its header)."""
         enter(self)
+        wal_links_on(self)
         wal_file_add(self, seq, cap, used)
         self.wal_on = True
         wal_marker(self)
@@ -310,6 +317,7 @@ cdef class Core:
         comes in several calls with the same seq: they add to one file.
         """
         enter(self)
+        wal_links_on(self)
         return wal_replay(self, data, seq)
 
     def replay_finish(self):

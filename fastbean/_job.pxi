@@ -19,14 +19,19 @@ cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<Job *>a).heap_index = i
 
 
+# A job of an engine without a binlog ends before its LINK_WAL link.
+cdef size_t JOB_SIZE_NO_WAL = sizeof(Job) - sizeof(Link)
+
+
 cdef Job *job_new(Core core, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
                   Tube *t, object body) except NULL:
     # Jobs come from Python's small-object allocator: its arenas go back
     # to the OS once empty, so memory follows a backlog down again.
-    cdef Job *j = <Job *>PyMem_Malloc(sizeof(Job))
+    cdef size_t size = sizeof(Job) if core.wal_links else JOB_SIZE_NO_WAL
+    cdef Job *j = <Job *>PyMem_Malloc(size)
     if j == NULL:
         raise MemoryError()
-    memset(j, 0, sizeof(Job))
+    memset(j, 0, size)
     j.id = id
     j.pri = pri
     j.delay_ns = delay_ns
@@ -40,6 +45,17 @@ cdef Job *job_new(Core core, uint64_t id, uint32_t pri, int64_t delay_ns, int64_
     table_insert(&core.jobs, j)
     mem_new_body(PyBytes_GET_SIZE(body))
     return j
+
+
+cdef int wal_links_on(Core core) except -1:
+    # The first binlog call (replay or the start of logging): from now on
+    # jobs carry their binlog link. One made before it has none, and no
+    # binlog file could ever own it, so that order is refused.
+    if not core.wal_links:
+        if core.jobs.count:
+            raise RuntimeError("the binlog must start before the first job is made")
+        core.wal_links = True
+    return 0
 
 
 cdef inline Job *job_find(Core core, uint64_t id) noexcept:

@@ -1,16 +1,25 @@
 # Memory: what the jobs hold (core.mem_used, which --max-memory caps), and
-# giving memory back to the OS once a big backlog has drained. The pages
-# themselves are faulted in ahead of demand by _arena.h's helper thread.
+# giving memory back to the OS once a big backlog has drained or the server
+# has gone quiet. The pages themselves are faulted in ahead of demand by
+# _arena.h's helper thread.
+#
+# Idle give-back: after any read, the tick looks again IDLE_WAIT later. If
+# no read came meanwhile, the server is idle: the id table shrinks to fit
+# its jobs (IDLE_TABLE_STEP buckets a loop turn), then the helper thread
+# unmaps its arena pool and trims malloc's heap. A steady load never gets
+# there, so it never pays for it.
 
 cdef extern from "_arena.h":
     int fb_arena_install()
+    int fb_giveback() nogil
     void fb_heap_check() nogil
     size_t HEAP_PAD "FB_HEAP_PAD"
     ctypedef struct ArenaPool "fb_arenas_t":
         int count
         size_t size
         int installed
-        unsigned long long taken_warm, taken_cold, prefaulted
+        int idle
+        unsigned long long taken_warm, taken_cold, prefaulted, givebacks
     ArenaPool fb_arenas
 
 cdef extern from "malloc.h":
@@ -19,9 +28,15 @@ cdef extern from "malloc.h":
     int M_MMAP_THRESHOLD
 
 cdef enum:
-    JOB_OVERHEAD = 256                # bytes charged per job beyond its body (struct, bytes header, slots)
+    # Bytes charged per job beyond its body: the struct (144, or 128 without
+    # a binlog), the body's bytes header and its rounding (33 to 48), an
+    # id-table bucket and a heap slot (8 each, up to twice that just after
+    # they double).
+    JOB_OVERHEAD = 208
     TRIM_AFTER = 64 << 20             # a backlog this big that drains gives its memory back
     BIG_BODY = 512                    # bodies over this come from malloc's heap, not pymalloc's arenas
+    IDLE_WAIT = 1000000000            # ns without a read before the server counts as idle
+    IDLE_TABLE_STEP = 16384           # id-table buckets moved per loop turn while idle
 
 
 cdef inline void mem_charge(Core core, Py_ssize_t n) noexcept:
@@ -59,6 +74,27 @@ cdef void mem_trim(Core core) noexcept:
         malloc_trim(HEAP_PAD)
 
 
+cdef inline void mem_idle_arm(Core core) noexcept:
+    # Something was read since the last look: look again IDLE_WAIT from now.
+    if core.idle_at == INT64_MAX and core.nreads != core.idle_reads:
+        core.idle_reads = core.nreads
+        core.idle_at = mono_ns() + IDLE_WAIT
+
+
+cdef void mem_idle(Core core, int64_t now) noexcept:
+    # The tick: if nothing was read for IDLE_WAIT, give memory back, a
+    # bounded part per loop turn (idle_at = now: the tick comes again at once).
+    if now < core.idle_at:
+        return
+    if core.nreads != core.idle_reads:
+        core.idle_reads = core.nreads
+        core.idle_at = now + IDLE_WAIT
+    elif table_idle_shrink(&core.jobs, IDLE_TABLE_STEP) or fb_giveback() != 0:
+        core.idle_at = now
+    else:
+        core.idle_at = INT64_MAX
+
+
 def tune_malloc():
     """Process-wide malloc settings for a server (called once at start-up).
 
@@ -78,4 +114,5 @@ def arena_stats():
     """The prefault pool's counters (read without its lock: a snapshot for tests and logs)."""
     return {"installed": bool(fb_arenas.installed), "arena_size": fb_arenas.size,
             "pooled": fb_arenas.count, "prefaulted": fb_arenas.prefaulted,
-            "taken_warm": fb_arenas.taken_warm, "taken_cold": fb_arenas.taken_cold}
+            "taken_warm": fb_arenas.taken_warm, "taken_cold": fb_arenas.taken_cold,
+            "idle": bool(fb_arenas.idle), "givebacks": fb_arenas.givebacks}

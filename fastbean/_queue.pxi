@@ -194,7 +194,7 @@ cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
 
 cdef int64_t next_deadline(Core core) noexcept:
     # mono ns of the soonest timer (0: now, to trim memory), INT64_MAX if none
-    cdef int64_t at = INT64_MAX
+    cdef int64_t at = core.idle_at
     cdef int64_t x
     if core.trim_due:
         return 0

@@ -72,8 +72,10 @@ cdef int flush_dirty(Core core) except -1:
 cdef int rearm(Core core) except -1:
     # Ask the Python layer for an earlier wake-up if something new is due
     # before the one already armed.
-    cdef int64_t at = next_deadline(core)
+    cdef int64_t at
     cdef int64_t now
+    mem_idle_arm(core)
+    at = next_deadline(core)
     if at < core.armed_at:
         core.armed_at = at
         if core.arm is not None:

@@ -3,13 +3,20 @@
 # Resizing is incremental: a grow or shrink allocates the new bucket array and
 # then every insert and remove moves TABLE_STEP buckets across, so the cost of
 # a resize is spread over the operations that caused it. Ids are handed out in
-# sequence, so the low bits alone spread them evenly.
+# sequence, so the low bits alone spread them evenly, and two jobs per bucket
+# cost a lookup little while halving the table's share of a job's memory.
+#
+# Sizes keep far apart, so a queue that holds steady never resizes back and
+# forth: the table doubles past two jobs a bucket, halves under one job in
+# eight buckets, and when the server is idle (table_idle_shrink, from the
+# tick) it shrinks to one bucket a job once under one job in four.
 
 from libc.stdlib cimport calloc, free
 
 cdef enum:
     TABLE_MIN = 4096
     TABLE_STEP = 8
+    TABLE_LOAD = 2            # jobs per bucket before the table doubles
 
 
 cdef int table_init(JobTable *t) except -1:
@@ -44,13 +51,13 @@ cdef Job *table_find(JobTable *t, uint64_t id) noexcept:
     return j
 
 
-cdef void _table_step(JobTable *t) noexcept:
-    # Move up to TABLE_STEP buckets of t0 into t1; swap tables when done.
+cdef void _table_step(JobTable *t, Py_ssize_t step) noexcept:
+    # Move up to `step` buckets of t0 into t1; swap tables when done.
     cdef Py_ssize_t n = 0
     cdef Job *j
     cdef Job *nxt
     cdef Job **dst
-    while n < TABLE_STEP and t.moved <= t.mask0:
+    while n < step and t.moved <= t.mask0:
         j = t.t0[t.moved]
         t.t0[t.moved] = NULL
         while j != NULL:
@@ -74,18 +81,42 @@ cdef void _table_maybe_resize(JobTable *t) noexcept:
     cdef Py_ssize_t size = t.mask0 + 1
     cdef Py_ssize_t want = 0
     if t.t1 != NULL:
-        _table_step(t)
+        _table_step(t, TABLE_STEP)
         return
-    if t.count > size:
+    if t.count > size * TABLE_LOAD:
         want = size * 2
     elif size > TABLE_MIN and t.count < size // 8:
         want = size // 2
-    if want:
-        t.t1 = <Job **>calloc(want, sizeof(Job *))
-        if t.t1 != NULL:          # no memory: keep the old table and try later
-            t.mask1 = want - 1
-            t.moved = 0
-            _table_step(t)
+    if want and _table_start(t, want):
+        _table_step(t, TABLE_STEP)
+
+
+cdef bint _table_start(JobTable *t, Py_ssize_t want) noexcept:
+    # Begin moving into a table of `want` buckets; False when there is no
+    # memory for it (the old table stays, and a later call tries again).
+    t.t1 = <Job **>calloc(want, sizeof(Job *))
+    if t.t1 == NULL:
+        return False
+    t.mask1 = want - 1
+    t.moved = 0
+    return True
+
+
+cdef bint table_idle_shrink(JobTable *t, Py_ssize_t step) noexcept:
+    # Part of shrinking a table much bigger than its jobs need while the
+    # server is idle: at most `step` buckets moved. True while there is
+    # more to do.
+    cdef Py_ssize_t size = t.mask0 + 1
+    cdef Py_ssize_t want = TABLE_MIN
+    if t.t1 == NULL:
+        if size <= TABLE_MIN or t.count >= size // 4:
+            return False
+        while want < t.count:
+            want *= 2
+        if not _table_start(t, want):
+            return False
+    _table_step(t, step)
+    return t.t1 != NULL
 
 
 cdef void table_insert(JobTable *t, Job *j) noexcept:

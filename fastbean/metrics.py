@@ -150,7 +150,7 @@ def exposition(server):
     ready, _ = server.readiness()
     _metric(out, "fastbean_ready", "gauge", "1 when /readyz answers 200.", [("", int(ready))])
     _metric(out, "fastbean_memory_used_bytes", "gauge",
-            "Memory held by jobs, as --max-memory counts it (body + 256 bytes per job).",
+            "Memory held by jobs, as --max-memory counts it (body + 208 bytes per job).",
             [("", core.mem_used)])
     _metric(out, "fastbean_memory_max_bytes", "gauge", "The --max-memory cap; 0 when there is none.",
             [("", core.max_memory)])
