@@ -275,15 +275,16 @@ cdef class SyncThread(Worker):
     cdef State s
 
     def __cinit__(self, int threads=1):
+        # Everything __dealloc__ releases is valid before anything can raise.
+        self.s.fd = self.s.efd = -1
+        pthread_mutex_init(&self.s.mu, NULL)
+        pthread_cond_init(&self.s.wake, NULL)
         if not 1 <= threads <= MAX_THREADS:
             raise ValueError("threads must be 1 to %d" % MAX_THREADS)
-        self.s.fd = -1
         self.s.threads = threads
         self.s.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
         if self.s.efd < 0:
             raise OSError(errno, "eventfd failed")
-        pthread_mutex_init(&self.s.mu, NULL)
-        pthread_cond_init(&self.s.wake, NULL)
         self._start(sync_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "fsync",
                     threads)
 
@@ -508,11 +509,11 @@ cdef class ZeroFill(Worker):
 
     def __cinit__(self):
         self.s.cur.fd = self.s.nxt.fd = -1
+        pthread_mutex_init(&self.s.mu, NULL)
+        pthread_cond_init(&self.s.wake, NULL)
         self.s.zeros = <char *>calloc(1, CHUNK)
         if self.s.zeros == NULL:
             raise MemoryError()
-        pthread_mutex_init(&self.s.mu, NULL)
-        pthread_cond_init(&self.s.wake, NULL)
         self._start(fill_main, &self.s, &self.s.mu, &self.s.wake, &self.s.stopping, "zero-fill", 1)
 
     def file(self, int fd, int64_t used, int64_t end):

@@ -1,6 +1,7 @@
 """The two native helper threads: the binlog's fsync thread and the arena
 prefault pool. Both are exercised for real: syncs of real files and of an fd
 that cannot be synced; arenas taken from the pool by a real interpreter."""
+import gc
 import os
 import random
 import select
@@ -107,11 +108,32 @@ def test_sync_threads_lose_no_request(tmp_path, threads):
         t.stop()
 
 
-def test_sync_thread_count_is_checked():
-    with pytest.raises(ValueError):
-        SyncThread(0)
-    with pytest.raises(ValueError):
-        SyncThread(5)
+def test_refused_sync_thread_closes_nothing_it_does_not_own():
+    # The thread count is checked; a refused SyncThread is still released,
+    # and must not close fd 0 (its zeroed fields) on its way out: that once
+    # closed the test process's stdin, and later subprocesses inherited
+    # whatever socket took fd 0 next.
+    try:
+        saved = os.dup(0)
+    except OSError:
+        saved = None
+    r, w = os.pipe()
+    os.dup2(r, 0)                       # fd 0: a pipe this test owns
+    try:
+        for bad in (0, 5):
+            with pytest.raises(ValueError):
+                SyncThread(bad)
+        gc.collect()
+        os.write(w, b"x")
+        assert os.read(0, 1) == b"x"    # fd 0 is still that pipe
+    finally:
+        if saved is None:
+            os.close(0)
+        else:
+            os.dup2(saved, 0)
+            os.close(saved)
+        os.close(r)
+        os.close(w)
 
 
 def test_arena_pool_feeds_pymalloc_and_gives_memory_back():
