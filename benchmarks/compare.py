@@ -171,7 +171,7 @@ def check_targets(results):
         with_it = Case(w, conns, depth, 100, policy).name
         without = Case(w, conns, depth, 100).name
         if with_it in fastbean and without in fastbean:
-            add("fastbean %s / off %s" % (policy, without[:-4]),
+            add("throughput fastbean %s / off %s" % (policy, without[:-4]),
                 ratio(fastbean[with_it], fastbean[without]), goal)
     return checks
 
@@ -249,7 +249,7 @@ def main(argv=None):
     if checks:
         print("\ntargets (fastbean / beanstalkd, or fastbean with a binlog / without):")
         for what, value, goal, met in checks:
-            print("  %-4s %-40s %6.2fx  (goal %s %.1fx)" % (
+            print("  %-4s %-40s %6.2fx  (goal %s %.2gx)" % (
                 "ok" if met else "MISS", what, value, ">=" if "throughput" in what else "<=", goal))
     doc = {
         "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
