@@ -1,7 +1,7 @@
 /* Memory faulted in ahead of demand, on a helper thread.
  *
- * Jobs and small bodies live in pymalloc arenas (1 MiB each on 64-bit); bodies
- * over 512 bytes come from malloc's heap. Fresh memory costs its first writer
+ * Small jobs (struct and body in one block) live in pymalloc arenas (1 MiB
+ * each on 64-bit); blocks over 512 bytes come from malloc's heap. Fresh memory costs its first writer
  * a page fault and a page clear per 4 KiB; under a put-heavy load that is the
  * largest single cost on the event-loop thread. So a helper thread does it:
  *
@@ -223,7 +223,7 @@ static void fb_arena_free(void *ctx, void *p, size_t size)
         munmap(p, size);
 }
 
-/* The loop calls this after allocating a large body: when malloc's heap has
+/* The loop calls this after allocating a large job: when malloc's heap has
  * grown (it grows FB_HEAP_PAD at a time), the helper populates the new part.
  * sbrk(0) only reads the current break. */
 #define FB_HEAP_PAD (8 << 20)
@@ -235,7 +235,7 @@ static inline void fb_heap_check(void)
     if (cur == fb_heap_seen || !fb_arenas.installed)
         return;
     if (pthread_mutex_trylock(&fb_arenas.mu) != 0)
-        return;                        /* seen again on a later big body */
+        return;                        /* seen again on a later big job */
     fb_heap_seen = cur;
     if (cur < fb_arenas.heap_done || fb_arenas.heap_done == NULL)
         fb_arenas.heap_done = cur;     /* trimmed (or first look): nothing new above */

@@ -30,16 +30,18 @@ cdef int cmd_put(Core core, Conn c, Cmd *cmd) except -1:
         c.parser.no_body()
         return out_text(c, MSG_BAD_FORMAT)
     _count_producer(core, c)
+    c.big_puts = cmd.nbytes + 2 >= BIG_PUT
     cost = <Py_ssize_t>cmd.nbytes + 2 + JOB_OVERHEAD
     if core.max_memory and core.mem_used + cost > core.max_memory:
         core.mem_refused += 1
         c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
         return 0
     try:
-        c.parser.accept_body(<Py_ssize_t>cmd.nbytes + 2)
+        c.put_job = job_alloc(core, <Py_ssize_t>cmd.nbytes + 2)
     except MemoryError:
         c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_OUT_OF_MEMORY)
         return 0
+    c.parser.accept_body(c.put_job.body, <Py_ssize_t>cmd.nbytes + 2)
     mem_charge(core, cost)
     c.put_cost = cost
     c.put_id = core.next_id
@@ -53,22 +55,21 @@ cdef int cmd_put(Core core, Conn c, Cmd *cmd) except -1:
 cdef int cmd_put_body(Core core, Conn c, Cmd *cmd) except -1:
     # The body has come: the job exists from here on.
     cdef Py_ssize_t cost = c.put_cost
-    cdef Job *j
+    cdef Job *j = c.put_job
     c.put_cost = 0
+    c.put_job = NULL
     if cmd.err != ERR_NONE or core.drain_mode:
         mem_refund(core, cost)
-        if cmd.body != NULL:
-            Py_DECREF(<object>cmd.body)
+        job_discard(j)
         return out_text(c, MSG_DRAINING) if cmd.err == ERR_NONE else out_text(c, err_text(cmd.err))
-    body = <object>cmd.body
-    Py_DECREF(body)             # <object> took its own reference
     if core.wal_on and not wal_room(
-            core, 4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(body),
+            core, 4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + j.body_size,
             WAL_SHORT):
         mem_refund(core, cost)          # no room on disk: the id stays burned
+        job_discard(j)
         return out_text(c, MSG_OUT_OF_MEMORY)
-    j = job_new(core, c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
-                <int64_t>c.put_ttr * SEC, c.use, body)
+    job_init(core, j, c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
+             <int64_t>c.put_ttr * SEC, c.use)
     core.total_jobs += 1
     c.use.total_jobs += 1
     if c.put_delay:

@@ -97,7 +97,8 @@ ctypedef struct JobList:
 # beanstalkd (README, Benchmarks). Scalars first, packed; the binlog's list
 # link last, because an engine that never logs allocates its jobs without it
 # (JOB_SIZE_NO_WAL in _job.pxi): that tail is touched only for jobs a binlog
-# file owns (wal_file != 0).
+# file owns (wal_file != 0). The body follows the struct in the same block
+# (job_alloc), so a job costs one allocation and no object header.
 ctypedef struct Job:
     uint64_t id
     Job *ht_next              # chain in the id table (beside the id: a lookup reads one cache line)
@@ -114,9 +115,10 @@ ctypedef struct Job:
     uint32_t kick_ct
     int32_t wal_file          # binlog file holding the job's latest full record; 0 if none
     uint8_t state             # JobState
+    int32_t body_size         # bytes of the body, CRLF included
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
-    PyObject *body            # owned bytes: the body followed by CRLF
+    char *body                # the body and its CRLF: right after the struct, in the same block
     Link link[2]              # LINK_STATE, LINK_WAL (last: see above)
 
 
@@ -214,6 +216,8 @@ cdef class Core:
     cdef Tube **tubes             # list-tubes order
     cdef Py_ssize_t ntubes, captubes
     cdef Tube *default_tube
+    cdef bytearray read_area      # every connection's reads land here first (_conn.pxi)
+    cdef char *read_buf           # its bytes
 
     # Timers: tubes by their next event, reserved jobs by TTR end, waiting
     # connections by reserve timeout / DEADLINE_SOON.
@@ -369,6 +373,7 @@ cdef class Conn:
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
+    cdef Job *put_job                 # the put in progress, its body being read (in no structure yet)
 
     # Reply latency (_metrics.pxi): commands run whose replies are not on
     # the wire yet, per family, and when the oldest read among them arrived.
@@ -379,6 +384,8 @@ cdef class Conn:
     # kick in progress over several loop turns (wait == WAIT_KICK)
     cdef bint kick_buried
     cdef uint32_t kick_left, kick_done
+
+    cdef bint big_puts                # its last put was big: reads are copied out in small chunks (_conn.pxi)
 
     # put in progress (between the put line and its body)
     cdef uint64_t put_id

@@ -23,28 +23,40 @@ cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
 cdef size_t JOB_SIZE_NO_WAL = sizeof(Job) - sizeof(Link)
 
 
-cdef Job *job_new(Core core, uint64_t id, uint32_t pri, int64_t delay_ns, int64_t ttr_ns,
-                  Tube *t, object body) except NULL:
-    # Jobs come from Python's small-object allocator: its arenas go back
-    # to the OS once empty, so memory follows a backlog down again.
-    cdef size_t size = sizeof(Job) if core.wal_links else JOB_SIZE_NO_WAL
-    cdef Job *j = <Job *>PyMem_Malloc(size)
+cdef Job *job_alloc(Core core, Py_ssize_t body_size) except NULL:
+    # A job and its body in one block, the body right after the struct: one
+    # allocation, no object header. Small ones come from Python's
+    # small-object allocator, whose arenas go back to the OS once empty, so
+    # memory follows a backlog down again. The caller fills the body, then
+    # calls job_init (or job_discard if the put fails).
+    cdef size_t head = sizeof(Job) if core.wal_links else JOB_SIZE_NO_WAL
+    cdef Job *j = <Job *>PyMem_Malloc(head + body_size)
     if j == NULL:
         raise MemoryError()
-    memset(j, 0, size)
+    memset(j, 0, head)
+    j.body = <char *>j + head
+    j.body_size = <int32_t>body_size
+    j.heap_index = -1
+    mem_new_job(head + body_size)
+    return j
+
+
+cdef void job_init(Core core, Job *j, uint64_t id, uint32_t pri, int64_t delay_ns,
+                   int64_t ttr_ns, Tube *t) noexcept:
+    # The body is in: the job exists from here on (findable by id, in no queue yet).
     j.id = id
     j.pri = pri
     j.delay_ns = delay_ns
     j.ttr_ns = ttr_ns
     j.created_wall = wall_ns()
     j.tube = t
-    j.heap_index = -1
-    j.body = <PyObject *>body
-    Py_INCREF(body)
     tube_incref(t)
     table_insert(&core.jobs, j)
-    mem_new_body(PyBytes_GET_SIZE(body))
-    return j
+
+
+cdef inline void job_discard(Job *j) noexcept:
+    # a put whose body never made a job (job_alloc without job_init)
+    PyMem_Free(j)
 
 
 cdef int wal_links_on(Core core) except -1:
@@ -62,16 +74,10 @@ cdef inline Job *job_find(Core core, uint64_t id) noexcept:
     return table_find(&core.jobs, id)
 
 
-cdef inline Py_ssize_t job_size(Job *j) noexcept:
-    # bytes of its body, CRLF included
-    return PyBytes_GET_SIZE(<object>j.body)
-
-
 cdef void job_free(Core core, Job *j):
     # j is in no structure any more (JOB_INVALID)
     table_remove(&core.jobs, j)
-    mem_release(core, job_size(j) + JOB_OVERHEAD)
-    Py_DECREF(<object>j.body)
+    mem_release(core, j.body_size + JOB_OVERHEAD)
     tube_decref(core, j.tube)
     PyMem_Free(j)
 
@@ -91,7 +97,6 @@ cdef void jobs_destroy(JobTable *t) noexcept:
         for b in range(mask + 1):
             j = buckets[b]
             while j != NULL:
-                Py_XDECREF(j.body)
                 nxt = j.ht_next
                 PyMem_Free(j)
                 j = nxt

@@ -29,12 +29,12 @@ cdef extern from "malloc.h":
 
 cdef enum:
     # Bytes charged per job beyond its body: the struct (144, or 128 without
-    # a binlog), the body's bytes header and its rounding (33 to 48), an
-    # id-table bucket and a heap slot (8 each, up to twice that just after
-    # they double).
-    JOB_OVERHEAD = 208
+    # a binlog) with the body after it in the same block, the block's
+    # rounding (up to 15), an id-table bucket and a heap slot (8 each, up to
+    # twice that just after they double).
+    JOB_OVERHEAD = 192
     TRIM_AFTER = 64 << 20             # a backlog this big that drains gives its memory back
-    BIG_BODY = 512                    # bodies over this come from malloc's heap, not pymalloc's arenas
+    BIG_JOB = 512                     # jobs bigger than this (struct and body) come from malloc's heap
     IDLE_WAIT = 1000000000            # ns without a read before the server counts as idle
     IDLE_TABLE_STEP = 16384           # id-table buckets moved per loop turn while idle
 
@@ -58,13 +58,13 @@ cdef inline void mem_release(Core core, Py_ssize_t n) noexcept:
         core.trim_due = True            # rearm() after this command arms the tick
 
 
-cdef inline void mem_new_body(Py_ssize_t size) noexcept:
-    if size > BIG_BODY:
-        fb_heap_check()                 # big bodies come from malloc's heap: see _arena.h
+cdef inline void mem_new_job(Py_ssize_t size) noexcept:
+    if size > BIG_JOB:
+        fb_heap_check()                 # big jobs come from malloc's heap: see _arena.h
 
 
 cdef void mem_trim(Core core) noexcept:
-    # Give freed memory back once a big backlog has drained (small bodies
+    # Give freed memory back once a big backlog has drained (small jobs
     # go back with pymalloc's arenas by themselves; big ones live in
     # malloc's heap, where live blocks near its top keep the rest). Not
     # under a steady churn: the next puts would fault the same pages in.

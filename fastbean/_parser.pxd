@@ -31,15 +31,18 @@ cdef class Parser:
     cdef bint skipping_line       # dropping an over-long line up to its CRLF
 
     # Body of a put in progress, or bytes being swallowed.
-    cdef object body              # bytes of nbytes + 2, filled in place
+    cdef char *body               # nbytes + 2 bytes the caller owns, filled in place
     cdef Py_ssize_t need          # bytes still to come into body / to discard
     cdef Py_ssize_t filled
     cdef int skip_err
+    cdef object owner             # parse(): the bytes a body is read into
 
     cpdef feed(self, data)
     cdef Py_ssize_t buffered(self) noexcept
     cdef int next(self, Cmd *cmd) except -1
-    cdef int accept_body(self, Py_ssize_t n) except -1
+    cdef void accept_body(self, char *dest, Py_ssize_t n) noexcept
+    cdef Py_ssize_t body_room(self, char **dest) noexcept
+    cdef void body_filled(self, Py_ssize_t n) noexcept
     cdef void reject_body(self, Py_ssize_t n, int err) noexcept
     cdef void no_body(self) noexcept
     cdef void discard_input(self) noexcept

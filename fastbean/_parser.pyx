@@ -4,8 +4,6 @@
 from libc.string cimport memchr, memcpy, memcmp
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_DECREF
 
 from fastbean._wire cimport (
     Cmd, LINE_MAX, name_byte, name_ok,
@@ -312,7 +310,7 @@ cdef class Parser:
         self.llen = 0
         self.state = S_LINE
         self.skipping_line = False
-        self.body = None
+        self.body = NULL
 
     cpdef feed(self, data):
         """Queue bytes from one read. Nothing is parsed until next()."""
@@ -341,7 +339,9 @@ cdef class Parser:
         self.qhead = 0
         self.queued = 0
         self.llen = 0
-        self.body = None
+        self.body = NULL
+        self.need = 0
+        self.state = S_QUIT
 
     cdef int _advance(self) except -1:
         # Move to the next queued chunk when the current one is used up.
@@ -420,28 +420,27 @@ cdef class Parser:
                     self.state = S_QUIT
                 return 1
             elif self.state == S_BODY:
-                if not self._advance():
-                    return 0
-                take = self.cend - self.cpos
-                if take > self.need:
-                    take = self.need
-                memcpy(PyBytes_AS_STRING(self.body) + self.filled, self.cbuf + self.cpos, take)
-                self.cpos += take
-                self.filled += take
-                self.need -= take
+                # the body may also have come straight into place (body_room)
+                while self.need and self._advance():
+                    take = self.cend - self.cpos
+                    if take > self.need:
+                        take = self.need
+                    memcpy(self.body + self.filled, self.cbuf + self.cpos, take)
+                    self.cpos += take
+                    self.filled += take
+                    self.need -= take
                 if self.need:
-                    continue
+                    return 0
                 self.state = S_LINE
                 cmd.op = OP_PUT_BODY
-                line = PyBytes_AS_STRING(self.body) + self.filled - 2
+                line = self.body + self.filled - 2
                 if line[0] == c'\r' and line[1] == c'\n':
                     cmd.err = ERR_NONE
-                    cmd.body = <PyObject *>self.body
-                    Py_INCREF(self.body)
+                    cmd.body = self.body
                 else:
                     cmd.err = ERR_EXPECTED_CRLF
                     cmd.body = NULL
-                self.body = None
+                self.body = NULL
                 return 1
             elif self.state == S_DISCARD:
                 while self.need and self._advance():
@@ -461,19 +460,35 @@ cdef class Parser:
             else:
                 raise RuntimeError("Parser.next() called before a put was accepted or rejected")
 
-    cdef int accept_body(self, Py_ssize_t n) except -1:
-        """Read the next n bytes (body + CRLF) of the put just returned."""
-        self.body = PyBytes_FromStringAndSize(NULL, n)
+    cdef void accept_body(self, char *dest, Py_ssize_t n) noexcept:
+        """Read the next n bytes (body + CRLF) of the put just returned into
+        dest, which the caller owns and keeps until the body is complete or
+        discard_input() is called."""
+        self.body = dest
         self.need = n
         self.filled = 0
         self.state = S_BODY
-        return 0
 
     cdef void reject_body(self, Py_ssize_t n, int err) noexcept:
         """Swallow the next n bytes, then report err (OP_SKIPPED)."""
         self.need = n
         self.skip_err = err
         self.state = S_DISCARD
+
+    cdef Py_ssize_t body_room(self, char **dest) noexcept:
+        """Where the rest of the body in progress goes and how many bytes it
+        still needs, when those are the very next bytes of the stream (no
+        unparsed input is waiting); otherwise 0. A read can go straight there
+        (body_filled), with no chunk in between."""
+        if self.state != S_BODY or self.cpos != self.cend or self.queued or self.llen:
+            return 0
+        dest[0] = self.body + self.filled
+        return self.need
+
+    cdef void body_filled(self, Py_ssize_t n) noexcept:
+        """n bytes were read straight into body_room()'s place."""
+        self.filled += n
+        self.need -= n
 
     cdef void no_body(self) noexcept:
         """The put was refused outright: what follows its line is commands again."""
@@ -491,16 +506,19 @@ cdef class Parser:
         out = []
         self.feed(data)
         while self.next(&cmd):
-            out.append(_cmd_tuple(&cmd))
-            if cmd.op == OP_PUT_BODY and cmd.body != NULL:
-                Py_DECREF(<object>cmd.body)
+            if cmd.op == OP_PUT_BODY:
+                out.append(("body", ERR_NAMES[cmd.err], None if cmd.body == NULL else self.owner))
+                self.owner = None
+            else:
+                out.append(_cmd_tuple(&cmd))
             if self.state == S_DECIDE:
                 if accept is not None and not accept(cmd.nbytes):
                     self.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
                 elif cmd.garbage:
                     self.no_body()
                 else:
-                    self.accept_body(<Py_ssize_t>cmd.nbytes + 2)
+                    self.owner = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>cmd.nbytes + 2)
+                    self.accept_body(PyBytes_AS_STRING(self.owner), <Py_ssize_t>cmd.nbytes + 2)
         return out
 
 
@@ -544,8 +562,6 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.name[:cmd.name_len])
     if op == OP_PAUSE_TUBE:
         return (name, err, cmd.name[:cmd.name_len], cmd.delay)
-    if op == OP_PUT_BODY:
-        return (name, err, None if cmd.body == NULL else <object>cmd.body)
     if op == OP_TEST_ADVANCE and err is None:
         return (name, err, cmd.advance_ns)
     return (name, err)

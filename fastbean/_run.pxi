@@ -39,7 +39,7 @@ cdef int conn_run(Core core, Conn c) except -1:
                     c.state = CONN_QUIT
                 break
             if cmd.op == OP_PUT_BODY and cmd.body != NULL:
-                body_bytes += PyBytes_GET_SIZE(<bytes>cmd.body)
+                body_bytes += c.put_job.body_size
             dispatch(core, c, &cmd)
             n += 1
             if DEBUG_BUILD:

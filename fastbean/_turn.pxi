@@ -15,7 +15,7 @@ cdef int _slot_cmp(const void *a, const void *b) noexcept nogil:
 
 
 cdef int conn_feed(Core core, Conn c, object data) except -1:
-    # Bytes from one read. A connection served in the last loop turn, which
+    # Bytes from one read (None: read_done put them all in a body). A connection served in the last loop turn, which
     # served others too, waits for the end of this one (end_turn), so the
     # ones that waited longer go first; otherwise it runs now. Without
     # end_turn_soon (in-process tests) the caller calls end_turn itself.
@@ -25,7 +25,8 @@ cdef int conn_feed(Core core, Conn c, object data) except -1:
         # the busy poller let the loop sleep: it is told of every read until
         # it polls again
         core.wake_armed = hook1(core, core.on_wake, core.nreads)
-    c.parser.feed(data)
+    if data is not None:
+        c.parser.feed(data)
     if not core.turn_asked:
         core.turn_asked = True
         if core.end_turn_soon is not None:

@@ -27,7 +27,7 @@ FILE_FIRST_RECORD = WAL_SHORT
 
 
 cdef inline Py_ssize_t wal_full_size(Job *j) noexcept:
-    return 4 + PyBytes_GET_SIZE(<object>j.tube.name) + sizeof(Jobrec) + PyBytes_GET_SIZE(<object>j.body)
+    return 4 + PyBytes_GET_SIZE(<object>j.tube.name) + sizeof(Jobrec) + j.body_size
 
 
 cdef void rec_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
@@ -36,7 +36,7 @@ cdef void rec_fill(Job *j, Jobrec *r, int64_t mono, int64_t wall) noexcept:
     r.pri = j.pri
     r.delay = j.delay_ns
     r.ttr = j.ttr_ns
-    r.body_size = <int32_t>PyBytes_GET_SIZE(<object>j.body)
+    r.body_size = j.body_size
     r.created_at = j.created_wall
     if j.state == JOB_DELAYED or j.state == JOB_RESERVED:
         r.deadline_at = j.deadline - mono + wall     # monotonic -> wall clock

@@ -45,7 +45,7 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
         wal_put(core, <char *>&namelen, 4)
         wal_put(core, PyBytes_AS_STRING(name), namelen)
         wal_put(core, <char *>&rec, sizeof(Jobrec))
-        wal_put(core, PyBytes_AS_STRING(<bytes>j.body), rec.body_size)
+        wal_put(core, j.body, rec.body_size)
         wal_disown(core, j)
         wal_own(core, j)
     else:
@@ -267,8 +267,9 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
         if namelen == 0 or rec.state == JOB_INVALID:
             return None             # its full record was in a file already gone
         t = tube_get(core, name, namelen, True)
-        j = job_new(core, rec.id, rec.pri, rec.delay, rec.ttr, t,
-                    PyBytes_FromStringAndSize(body, rec.body_size))
+        j = job_alloc(core, rec.body_size)
+        memcpy(j.body, body, rec.body_size)
+        job_init(core, j, rec.id, rec.pri, rec.delay, rec.ttr, t)
         mem_charge(core, rec.body_size + JOB_OVERHEAD)
         list_push_back(&core.replayed, j, LINK_STATE)
     elif rec.state == JOB_INVALID:
@@ -277,12 +278,9 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
         job_free(core, j)
         return None
     elif namelen:
-        if job_size(j) != rec.body_size:
+        if j.body_size != rec.body_size:
             return "job %d changed size" % rec.id
-        body_obj = PyBytes_FromStringAndSize(body, rec.body_size)
-        Py_DECREF(<object>j.body)
-        j.body = <PyObject *>body_obj
-        Py_INCREF(body_obj)
+        memcpy(j.body, body, rec.body_size)
     j.pri = rec.pri
     j.delay_ns = rec.delay
     j.ttr_ns = rec.ttr

@@ -4,7 +4,6 @@
 # (_core.pyx) runs them and answers with the texts below. Header only.
 
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
-from cpython.object cimport PyObject
 
 cdef enum:
     LINE_MAX = 224          # bytes, CRLF included (11 + 201 + 12: the longest pause-tube)
@@ -74,7 +73,7 @@ ctypedef struct Cmd:
     bint garbage              # put: bytes after the size field
     const char *name          # tube name, borrowed until the next Parser call
     Py_ssize_t name_len
-    PyObject *body            # OP_PUT_BODY: a new reference the caller must take or drop
+    const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
 
 
 # Tube names (protocol.txt "Names"): 1 to NAME_MAX of these bytes, not
