@@ -135,6 +135,74 @@ def test_clients_vanishing_mid_body_leak_nothing(fastbean_server):
     assert fastbean_server.proc.poll() is None
 
 
+def _split_send(sock, data, rnd):
+    # in pieces of random size, with pauses, so reads end anywhere
+    pos = 0
+    while pos < len(data):
+        step = rnd.randrange(1, 9000)
+        sock.sendall(data[pos:pos + step])
+        pos += step
+        if rnd.random() < 0.3:
+            time.sleep(0.001)
+
+
+def test_big_bodies_split_anywhere_arrive_intact(server):
+    # After a big put, fastbean copies reads out differently (the body in
+    # progress straight from the read buffer, the rest in small chunks):
+    # every byte still lands where it belongs, and a missing CRLF is still
+    # found, on either side of the size where that starts.
+    import random
+    rnd = random.Random(77)
+    sizes = [100, 4093, 4094, 4095, 5000, 16384, 300, 65535, 1, 20000, 16384, 4094, 7]
+    bad = {6, 10}                       # these end in "XY" instead of CRLF
+    next_id = 1
+    with Client(server.port, timeout=30) as c:
+        for _ in range(3):
+            stream, expect, sent = [], [], {}
+            for i, n in enumerate(sizes):
+                body = rnd.randbytes(n)
+                stream.append(b"put 0 0 60 %d\r\n%s%s" % (n, body, b"XY" if i in bad else b"\r\n"))
+                if i in bad:
+                    expect.append(b"EXPECTED_CRLF")
+                else:
+                    sent[next_id] = body
+                    expect.append(b"INSERTED %d" % next_id)
+                next_id += 1                # a put that fails on its CRLF burns its id too
+            _split_send(c.sock, b"".join(stream), rnd)
+            assert [c.line() for _ in expect] == expect
+            for jid, body in sent.items():
+                assert c.peek(jid) == body, jid
+                c.cmd(b"delete %d" % jid, b"DELETED")
+        assert c.stats()["current-jobs-ready"] == 0
+
+
+def test_clients_vanishing_mid_big_body_leak_nothing(fastbean_server):
+    body = b"b" * 16384
+    put = b"put 0 0 10 %d\r\n%s\r\n" % (len(body), body)
+    # the second put is cut in its line, in its first chunk, around the
+    # small chunks' size, and one byte short of its end
+    for cut in (10, 18, 19, 100, 497, 498, 499, 4000, 10000, len(put) - 1):
+        k = socket.create_connection(("127.0.0.1", fastbean_server.port))
+        k.sendall(put)
+        assert k.recv(100).startswith(b"INSERTED")
+        k.sendall(put[:cut])
+        k.close()
+    with Client(fastbean_server.port) as c:
+        deadline = time.monotonic() + 10
+        while c.stats()["current-connections"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        st = c.stats()
+        assert st["current-jobs-ready"] == 10
+        used = c.yaml(b"fastbean-stats")["memory-used"]
+        jid = c.put(body)
+        assert c.yaml(b"fastbean-stats")["memory-used"] - used == used // 10
+        for j in range(1, jid + 1):
+            assert c.cmd(b"delete %d" % j) in (b"DELETED", b"NOT_FOUND")
+        assert c.yaml(b"fastbean-stats")["memory-used"] == 0
+    assert fastbean_server.proc.poll() is None
+
+
 @pytest.mark.parametrize("fastbean_server", [("--max-connections", "5")], indirect=True)
 def test_connection_limit(fastbean_server):
     held = [Client(fastbean_server.port) for _ in range(5)]
