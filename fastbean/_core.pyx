@@ -14,7 +14,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.pyport cimport PY_SSIZE_T_MAX
