@@ -153,6 +153,21 @@ def test_text_logs_and_verbosity():
     assert "fastbean: accept" in s.log.decode() and "fastbean: close" in s.log.decode()
 
 
+def test_vv_logs_every_read_and_reply():
+    s = Server.start("fastbean", "-VV")
+    body = bytes(range(256)) * 20           # big enough for the big-put read path
+    with Client(s.port) as c:
+        jid = c.put(body)
+        c.put(body)                         # read after a big put: copied out in small chunks
+        assert c.peek(jid) == body
+        c.cmd(b"list-tube-used", b"USING default")
+    s.stop()
+    text = s.log.decode()
+    assert "fastbean: <('127.0.0.1', " in text and "b'put 0 0 60 5120\\r\\n" in text
+    assert "b'list-tube-used\\r\\n'" in text
+    assert "b'INSERTED %d\\r\\n'" % jid in text and "b'USING default\\r\\n'" in text
+
+
 def test_bad_log_format_is_a_usage_error():
     import subprocess
 
