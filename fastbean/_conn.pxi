@@ -1,11 +1,10 @@
-# Connections: where their reads go, the output buffer and how it is
+# Connections: how their reads are fed, the output buffer and how it is
 # written, the watch list and the used tube, waiting in reserve (the tubes'
 # waiting sets and the connection's timer), the soonest TTR among its
 # reservations, reading back-pressure, and release when it goes.
 
 cdef enum:
-    READ_SIZE = 256 * 1024            # the engine's read buffer: the most one read takes
-    BIG_PUT = 4096                    # after a put this big, reads are copied out as below
+    BIG_PUT = 4096                    # after a put this big, reads are taken apart (feed_after_big_put)
     SMALL_CHUNK = 512 - 33            # the most a bytes object from pymalloc holds
     READ_HIGH = 1 << 20               # stop reading a blocked connection past this many bytes
     READ_LOW = 1 << 18
@@ -47,23 +46,20 @@ cdef inline bint conn_released(Conn c) noexcept:
 
 # -- input ------------------------------------------------------------------------
 #
-# Every read lands in the engine's read buffer and is copied out as a chunk
-# for the parser, as uvloop itself would do, except on a connection whose
-# last put was big: there the body in progress takes its bytes straight
-# from the read buffer, and the rest is cut into chunks small enough for
-# pymalloc. No chunk of such a read then sits in malloc's heap while the
-# next big job is allocated there; freed, it would leave a hole those jobs
-# cannot reuse (a heap of 16 KiB bodies filled by pipelining clients lost
-# about 90 bytes a job to such holes).
+# Each read is a bytes object in malloc's heap, alive until the engine has
+# seen it. A connection whose last put was big must not allocate its next
+# big jobs while that read is alive: freed, the read would leave a hole
+# the jobs cannot reuse (a heap of 16 KiB bodies filled by pipelining
+# clients lost about 90 bytes a job to such holes). So its reads are taken
+# apart at once: the body in progress gets its bytes straight away, the
+# rest is cut into chunks small enough for pymalloc, and the connection
+# runs at the end of the loop turn, after the read is gone.
 
-cdef int read_done(Core core, Conn c, Py_ssize_t n) except -1:
-    # n bytes came into core.read_buf (Conn.get_buffer)
-    cdef const char *p = core.read_buf
+cdef void feed_after_big_put(Conn c, bytes data) except *:
+    cdef const char *p = PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
     cdef char *dest
-    cdef Py_ssize_t k
-    if not c.big_puts:
-        return conn_feed(core, c, PyBytes_FromStringAndSize(p, n))
-    k = c.parser.body_room(&dest)
+    cdef Py_ssize_t k = c.parser.body_room(&dest)
     if k > n:
         k = n
     if k:
@@ -71,11 +67,11 @@ cdef int read_done(Core core, Conn c, Py_ssize_t n) except -1:
         c.parser.body_filled(k)
         p += k
         n -= k
-    while n > SMALL_CHUNK:
-        c.parser.feed(PyBytes_FromStringAndSize(p, SMALL_CHUNK))
-        p += SMALL_CHUNK
-        n -= SMALL_CHUNK
-    return conn_feed(core, c, PyBytes_FromStringAndSize(p, n) if n else None)
+    while n > 0:
+        k = n if n < SMALL_CHUNK else SMALL_CHUNK
+        c.parser.feed(PyBytes_FromStringAndSize(p, k))
+        p += k
+        n -= k
 
 
 # -- output -----------------------------------------------------------------------

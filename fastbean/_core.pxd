@@ -216,8 +216,6 @@ cdef class Core:
     cdef Tube **tubes             # list-tubes order
     cdef Py_ssize_t ntubes, captubes
     cdef Tube *default_tube
-    cdef bytearray read_area      # every connection's reads land here first (_conn.pxi)
-    cdef char *read_buf           # its bytes
 
     # Timers: tubes by their next event, reserved jobs by TTR end, waiting
     # connections by reserve timeout / DEADLINE_SOON.
@@ -385,7 +383,7 @@ cdef class Conn:
     cdef bint kick_buried
     cdef uint32_t kick_left, kick_done
 
-    cdef bint big_puts                # its last put was big: reads are copied out in small chunks (_conn.pxi)
+    cdef bint big_puts                # its last put was big: reads are taken apart (feed_after_big_put)
 
     # put in progress (between the put line and its body)
     cdef uint64_t put_id

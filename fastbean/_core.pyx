@@ -82,8 +82,6 @@ cdef class Core:
     """All queue state of one server."""
 
     def __cinit__(self):
-        self.read_area = bytearray(READ_SIZE)
-        self.read_buf = PyByteArray_AS_STRING(self.read_area)
         table_init(&self.jobs)
         heap_init(&self.tube_timers, _tube_less, _tube_setpos)
         heap_init(&self.ttr_heap, _deadline_less, _job_setpos)
@@ -349,19 +347,6 @@ cdef class Conn:
         if conn_released(self):
             return
         conn_feed(self.core, self, data)
-
-    def get_buffer(self, Py_ssize_t sizehint):
-        """Where the next read goes (asyncio.BufferedProtocol): the engine's
-        read buffer, which buffer_updated() empties before any other read."""
-        return self.core.read_area
-
-    def buffer_updated(self, Py_ssize_t nbytes):
-        """The read into get_buffer()'s memory brought nbytes: run every
-        complete command, write the replies."""
-        enter(self.core)
-        if conn_released(self):
-            return
-        read_done(self.core, self, nbytes)
 
     def again(self):
         """Run the commands left over from an earlier turn (its batch was used up)."""

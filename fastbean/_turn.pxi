@@ -15,24 +15,28 @@ cdef int _slot_cmp(const void *a, const void *b) noexcept nogil:
 
 
 cdef int conn_feed(Core core, Conn c, object data) except -1:
-    # Bytes from one read (None: read_done put them all in a body). A connection served in the last loop turn, which
+    # Bytes from one read. A connection served in the last loop turn, which
     # served others too, waits for the end of this one (end_turn), so the
-    # ones that waited longer go first; otherwise it runs now. Without
+    # ones that waited longer go first; otherwise it runs now. So does one
+    # whose last put was big (feed_after_big_put, _conn.pxi). Without
     # end_turn_soon (in-process tests) the caller calls end_turn itself.
+    cdef bint wait = c.big_puts
     lat_read(c)
     core.nreads += 1
     if core.wake_armed:
         # the busy poller let the loop sleep: it is told of every read until
         # it polls again
         core.wake_armed = hook1(core, core.on_wake, core.nreads)
-    if data is not None:
+    if wait:
+        feed_after_big_put(c, data if type(data) is bytes else bytes(data))
+    else:
         c.parser.feed(data)
     if not core.turn_asked:
         core.turn_asked = True
         if core.end_turn_soon is not None:
             hook0(core, core.end_turn_soon)
-    if c.in_turn or (c.served > core.last_turn_start
-                     and core.turn_start - core.last_turn_start > 1):
+    if wait or c.in_turn or (c.served > core.last_turn_start
+                             and core.turn_start - core.last_turn_start > 1):
         if not c.in_turn:
             c.in_turn = True
             core.turn.append(c)

@@ -5,27 +5,24 @@ import logging
 log = logging.getLogger("fastbean")
 
 
-class ConnProtocol(asyncio.BufferedProtocol):
+class ConnProtocol(asyncio.Protocol):
     """Feeds every read to the engine in one call; the engine writes the replies.
 
-    The engine says where each read goes (get_buffer): mostly its read
-    buffer, but the rest of a big put body straight into the job. The
-    Python work per read is constant: however many commands a read holds,
+    The Python work per read is constant: however many commands a read holds,
     they are parsed and run in compiled code and their replies leave in one
     transport call.
     """
 
-    __slots__ = ("_server", "_transport", "_conn", "_peer", "get_buffer", "buffer_updated")
+    __slots__ = ("_server", "_transport", "_conn", "_peer", "data_received")
 
     def __init__(self, server):
         self._server = server
         self._transport = None
         self._peer = None
         self._conn = server.core.connect(self._set_reading, self._again)
-        # uvloop looks these up once, when the transport is made: hand it
-        # the compiled methods themselves, so a read runs no Python code.
-        self.get_buffer = self._conn.get_buffer
-        self.buffer_updated = self._conn.buffer_updated
+        # uvloop looks data_received up once, when the transport is made:
+        # hand it the compiled method itself, so a read runs no Python code.
+        self.data_received = self._conn.feed
 
     def connection_made(self, transport):
         server = self._server
@@ -88,23 +85,15 @@ class ConnProtocol(asyncio.BufferedProtocol):
 class TracingConnProtocol(ConnProtocol):
     """-VV: every read and every reply goes to the log as well."""
 
-    __slots__ = ("_view",)
+    __slots__ = ()
 
     def __init__(self, server):
         super().__init__(server)
-        self._view = None
-        self.get_buffer = self._traced_get_buffer
-        self.buffer_updated = self._traced_buffer_updated
+        self.data_received = self._traced_data_received
 
-    def _traced_get_buffer(self, sizehint):
-        self._view = self._conn.get_buffer(sizehint)
-        return self._view
-
-    def _traced_buffer_updated(self, nbytes):
-        with memoryview(self._view) as read:
-            log.debug("<%s %r", self._peer, bytes(read[:min(nbytes, 256)]))
-        self._view = None
-        self._conn.buffer_updated(nbytes)
+    def _traced_data_received(self, data):
+        log.debug("<%s %r", self._peer, bytes(data[:256]))
+        self._conn.feed(data)
 
     def _writers(self, transport):
         write, writelines = transport.write, transport.writelines
