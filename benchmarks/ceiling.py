@@ -86,6 +86,13 @@ def main(argv=None):
               "nullserver -f0" % (null_f0 / null, s["fastbean -f0"]["ops_per_sec"]
                                   / s["fastbean"]["ops_per_sec"],
                                   100 * s["fastbean -f0"]["ops_per_sec"] / null_f0))
+        # No server commits more cheaply than the null server: its -f0 rate
+        # bounds what any -f0 can reach here.
+        print("  at nullserver -f0's rate, fastbean -f0 / no binlog would be %.2f" % (
+            null_f0 / s["fastbean"]["ops_per_sec"]))
+        if r["depth"] == 1:
+            print("  20x beanstalkd -f0 would be %.2fx nullserver -f0's rate" % (
+                20 * s["beanstalkd -f0"]["ops_per_sec"] / null_f0))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"machine": machine(), "reps": args.reps, "seconds": args.seconds,
