@@ -389,7 +389,7 @@ cdef class Conn:
     cdef uint64_t put_id
     cdef uint32_t put_pri, put_delay, put_ttr
 
-    # Output: small replies gather in obuf; bodies go by reference in chunks.
+    # Output: replies gather in obuf; a body over OUT_INLINE gets a chunk of its own.
     cdef char *obuf
     cdef Py_ssize_t olen, ocap
     cdef list chunks
