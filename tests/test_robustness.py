@@ -106,6 +106,14 @@ def test_memory_of_a_drained_backlog_goes_back(fastbean_server):
             time.sleep(0.05)
 
 
+def _wait_until_alone(c, seconds=10):
+    # until the server has let go of every other connection
+    deadline = time.monotonic() + seconds
+    while c.stats()["current-connections"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_clients_vanishing_mid_body_leak_nothing(fastbean_server):
     for n in range(300):
         k = socket.create_connection(("127.0.0.1", fastbean_server.port))
@@ -117,10 +125,7 @@ def test_clients_vanishing_mid_body_leak_nothing(fastbean_server):
         k.sendall(b"put 0 0 10 5\r\nhello\r\nreserve\r\nstats\r\n" * 20)
         k.close()
     with Client(fastbean_server.port) as c:
-        deadline = time.monotonic() + 10
-        while c.stats()["current-connections"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_until_alone(c)
         st = c.stats()
         jobs = st["current-jobs-ready"]
         assert 0 < jobs <= 2000
@@ -188,10 +193,7 @@ def test_clients_vanishing_mid_big_body_leak_nothing(fastbean_server):
         k.sendall(put[:cut])
         k.close()
     with Client(fastbean_server.port) as c:
-        deadline = time.monotonic() + 10
-        while c.stats()["current-connections"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_until_alone(c)
         st = c.stats()
         assert st["current-jobs-ready"] == 10
         used = c.yaml(b"fastbean-stats")["memory-used"]
@@ -298,9 +300,6 @@ def test_random_bytes_and_huge_sizes_get_protocol_answers(fastbean_server):
         j = c.put(b"fine")
         assert c.job(b"reserve-with-timeout 0") == (j, b"fine")
         c.cmd(b"delete %d" % j, b"DELETED")
-        deadline = time.monotonic() + 5
-        while c.stats()["current-connections"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_until_alone(c)
         assert c.yaml(b"fastbean-stats")["memory-used"] == 0
     assert fastbean_server.proc.poll() is None
