@@ -1,9 +1,10 @@
 /* Memory faulted in ahead of demand, on a helper thread.
  *
  * Small jobs (struct and body in one block) live in pymalloc arenas (1 MiB
- * each on 64-bit); blocks over 512 bytes come from malloc's heap. Fresh memory costs its first writer
- * a page fault and a page clear per 4 KiB; under a put-heavy load that is the
- * largest single cost on the event-loop thread. So a helper thread does it:
+ * each on 64-bit); blocks over 512 bytes come from malloc's heap. Fresh
+ * memory costs its first writer a page fault and a page clear per 4 KiB;
+ * under a put-heavy load that is the largest single cost on the event-loop
+ * thread. So a helper thread does it:
  *
  * - it keeps a few pymalloc arenas mapped and written ahead of demand, and the
  *   loop takes arenas whose pages are already there. Freed arenas refill the
