@@ -286,6 +286,16 @@ cdef class Core:
     cdef Py_ssize_t nwfiles, capwfiles
     cdef JobList replayed             # jobs read by replay, in order of first appearance
     cdef uint64_t replay_max_id
+    # take_wal() hands records over in pieces of at most this many bytes (a
+    # record bigger than that alone), cut at record boundaries as they are
+    # appended: a replication message has a size limit. 0: no limit.
+    cdef Py_ssize_t wal_piece
+
+    # The primary's lease (replication.py): a replicated node may answer only
+    # while no other node can have taken over. Past lease_end (real mono ns)
+    # no command runs and lease_over() is called, once.
+    cdef int64_t lease_end            # INT64_MAX: no lease to keep (not replicated)
+    cdef bint lease_told              # lease_over() called for this lease_end
 
     # Fair turns (_turn.pxi): a read from a connection served in the last
     # loop turn waits for the end of this one (Core.end_turn).
@@ -314,6 +324,9 @@ cdef class Core:
     # drop_others(conn) -> the other Conns, their transports closed
     # (fastbean-reset, --testing only; server.py)
     cdef object drop_others
+    # lease_over(): a command came after lease_end; the node must stop
+    # serving (replication.py, through server.py)
+    cdef object lease_over
 
     # Debug builds (_check.pxi).
     cdef uint64_t debug_cmds          # commands run: the structures are checked as they go

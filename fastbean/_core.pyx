@@ -90,7 +90,7 @@ cdef class Core:
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
-                 next_file=None, testing=False, drop_others=None):
+                 next_file=None, testing=False, drop_others=None, lease_over=None):
         """Limits as the command line sets them, and the hooks (see _core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
@@ -102,7 +102,8 @@ cdef class Core:
         replace) makes a binlog file at once when the spare is used up.
         testing=True runs the test-only commands (_testing.pxi), whose
         fastbean-reset calls drop_others(conn) to close every other
-        connection and get their Conns. Without hooks (in-process tests)
+        connection and get their Conns. lease_over() says a command came
+        after the end set by set_lease(). Without hooks (in-process tests)
         the caller calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
@@ -122,6 +123,8 @@ cdef class Core:
         self.next_file = next_file
         self.testing = testing
         self.drop_others = drop_others
+        self.lease_over = lease_over
+        self.lease_end = INT64_MAX
         self.started_mono = mono_ns()
         self.instance_id = os.urandom(8).hex().encode()
         u = os.uname()
@@ -268,6 +271,20 @@ cdef class Core:
         enter(self)
         wal_switch(self, seq, cap, used)
 
+    def set_wal_piece(self, Py_ssize_t limit):
+        """From now on take_wal() cuts its segments at record boundaries into
+        pieces of at most `limit` bytes (a single bigger record stays whole);
+        0: no limit."""
+        enter(self)
+        self.wal_piece = limit
+
+    def set_lease(self, end):
+        """A replicated primary answers nothing once time.monotonic() reaches
+        `end` (seconds); lease_over() is then called once. None: no limit."""
+        enter(self)
+        self.lease_end = INT64_MAX if end is None else <int64_t>(end * 1e9)
+        self.lease_told = False
+
     def take_wal(self):
         """What to write next: ([(file number, records as a bytearray), ...],
         the sequence number of the last record). More than one file when the
@@ -283,11 +300,13 @@ cdef class Core:
         release_held(self)
 
     def set_failed(self, uint64_t seq):
-        """Records up to seq may not be on disk: a binlog write or fsync failed.
+        """Records up to seq will never be known durable (a binlog write or
+        fsync failed, the replication stream was lost).
 
         The connections whose replies wait on them are closed without those
         replies, so no client is told that a change is logged when it may
-        not be. The changes stay in memory; the clients see a hang-up.
+        not be. The records do not count as durable: every later reply keeps
+        waiting behind them, and the caller stops serving from this engine.
         """
         enter(self)
         fail_held(self, seq)
@@ -302,6 +321,11 @@ cdef class Core:
         the oldest file can go. Returns how many moved."""
         enter(self)
         return wal_migrate(self, limit)
+
+    @property
+    def logged(self):
+        """Records appended to the log so far, in take_wal()'s numbering."""
+        return self.wal_seq
 
     def wal_status(self):
         """(live, reserved, used, capacity, files): live = bytes of the live jobs'

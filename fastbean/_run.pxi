@@ -18,13 +18,24 @@ cdef inline void ask_again(Conn c):
         hook0(c.core, c.again_cb)
 
 
+cdef bint lease_lost(Core core) except -1:
+    # A replicated primary past its lease: another node may be serving, so
+    # this one must not answer anything (it is told once, and closes).
+    if core.lease_end == INT64_MAX or real_mono_ns() < core.lease_end:
+        return False
+    if not core.lease_told:
+        core.lease_told = True
+        hook0(core, core.lease_over)
+    return True
+
+
 cdef int conn_run(Core core, Conn c) except -1:
     # Execute c's buffered commands until it blocks, runs dry or uses
     # up its batch; then write everything it has to say in one call.
     cdef Cmd cmd
     cdef int n = 0
     cdef Py_ssize_t body_bytes = 0
-    if c.in_run:
+    if c.in_run or lease_lost(core):
         return 0
     c.in_run = True
     try:

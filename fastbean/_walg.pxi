@@ -7,6 +7,16 @@
 # jobs read back by replay, and replies held until their records are durable.
 
 
+cdef int wal_begin(Core core, Py_ssize_t n) except -1:
+    # A record of n bytes follows: with a piece limit, one that would not fit
+    # in the current piece starts the next one (take_wal keeps them apart).
+    cdef Py_ssize_t have = PyByteArray_GET_SIZE(core.wba)
+    if core.wal_piece and have and have + n > core.wal_piece:
+        core.wsegs.append((core.wfiles[core.nwfiles - 1].seq, core.wba))
+        core.wba = bytearray()
+    return 0
+
+
 cdef int wal_put(Core core, const char *p, Py_ssize_t n) except -1:
     cdef Py_ssize_t have = PyByteArray_GET_SIZE(core.wba)
     PyByteArray_Resize(core.wba, have + n)
@@ -28,6 +38,7 @@ cdef int wal_marker(Core core) except -1:
     if max_id == 0 or job_find(core, max_id) != NULL:
         return 0
     rec_fill_marker(&rec, max_id, wall_ns())
+    wal_begin(core, WAL_SHORT)
     wal_put(core, <char *>&namelen, 4)
     return wal_put(core, <char *>&rec, sizeof(Jobrec))
 
@@ -42,6 +53,7 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
     if full:
         name = <bytes>j.tube.name
         namelen = <int32_t>PyBytes_GET_SIZE(name)
+        wal_begin(core, wal_full_size(j))
         wal_put(core, <char *>&namelen, 4)
         wal_put(core, PyBytes_AS_STRING(name), namelen)
         wal_put(core, <char *>&rec, sizeof(Jobrec))
@@ -49,6 +61,7 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
         wal_disown(core, j)
         wal_own(core, j)
     else:
+        wal_begin(core, WAL_SHORT)
         wal_put(core, <char *>&namelen, 4)
         wal_put(core, <char *>&rec, sizeof(Jobrec))
     core.wal_written += 1
@@ -96,15 +109,26 @@ cdef int _switch_to_spare(Core core) except -1:
 cdef int wal_switch(Core core, int64_t seq, int64_t cap, int64_t used) except -1:
     # The records so far go to binlog.py as the current file's segment, and
     # binlog.<seq> is the current file from here on, its first record the marker.
+    wal_need_file(core)
     core.wsegs.append((core.wfiles[core.nwfiles - 1].seq, core.wba))
     core.wba = bytearray()
     wal_file_add(core, seq, cap, used)
     return wal_marker(core)
 
 
+cdef int wal_need_file(Core core) except -1:
+    # An engine that never logged (a standby's, or one just replaced) has no
+    # current file: asking it for records is a caller's bug, not a crash.
+    if core.nwfiles == 0 or not core.wal_on:
+        raise RuntimeError("this engine does not log: wal_start() was never called")
+    return 0
+
+
 cdef tuple wal_take(Core core):
     # What binlog.py writes next: [(file number, records), ...] in order
-    # (more than one after a move to the spare), and the last record's number.
+    # (more than one after a move to the spare or past a piece limit), and
+    # the last record's number.
+    wal_need_file(core)
     segs = core.wsegs
     segs.append((core.wfiles[core.nwfiles - 1].seq, core.wba))
     core.wsegs = []
@@ -194,8 +218,10 @@ cdef int release_held(Core core) except -1:
 
 
 cdef int fail_held(Core core, uint64_t seq) except -1:
-    # Records up to seq may not be on disk: hang up on the connections whose
-    # replies wait on them, without those replies.
+    # Records up to seq will never be known durable: hang up on the
+    # connections whose replies wait on them, without those replies. They
+    # do not become durable by this, so every other reply keeps waiting
+    # behind them: the node stops serving from this engine (server.py).
     cdef Conn c
     held = core.held
     core.held = []
@@ -209,8 +235,6 @@ cdef int fail_held(Core core, uint64_t seq) except -1:
         if c.state == CONN_CLOSING:
             c.state = CONN_CLOSED
         hook0(core, c.close_cb)
-    if seq > core.durable_seq:
-        core.durable_seq = seq
     return 0
 
 
