@@ -17,14 +17,24 @@ order they started, so a finished file (finish()) is always on disk before
 a later file's records count. A finished sync signals an eventfd the loop
 watches, once until the loop collects (collect() says how far the files are
 synced).
+
+Errors. The kernel reports a failed write-back once per open file
+description, to the first fsync through it that looks. So each thread
+syncs through a description of its own (file() opens the file once per
+thread): two syncs running at once both see an error, and one thread's
+success never hides a failure the other's range had. The first failed sync
+ends the count: nothing started after it is reported synced, ever (the
+binlog stops using the files; see binlog.py).
 """
 
 cimport cython
+import os
 from libc.errno cimport errno, EINTR, EIO
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from posix.types cimport off_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from posix.fcntl cimport open as c_open, O_RDONLY, O_CLOEXEC
 from posix.unistd cimport close, dup, read, write
 
 cdef extern from "<pthread.h>" nogil:
@@ -146,7 +156,9 @@ cdef class Worker:
 cdef struct State:
     pthread_mutex_t mu
     pthread_cond_t wake
-    int fd                # dup of the current file; -1 before file()
+    int fds[MAX_THREADS]  # the current file, one open description per thread; -1 before file()
+    bint has_file
+    int nslots            # threads that took their slot (their index into fds)
     int64_t want          # records written and due for a sync (the loop's, atomic)
     int64_t started       # records covered by the syncs started
     int64_t done          # records on disk
@@ -160,7 +172,8 @@ cdef struct State:
     uint64_t next_ticket, oldest_ticket
     int64_t ticket_seq[MAX_THREADS]
     bint ticket_over[MAX_THREADS]
-    int error             # first errno since the last collect(), 0 if none
+    int ticket_err[MAX_THREADS]
+    int error             # errno of the first failed sync, 0 if none: done stops before it
     int efd               # eventfd the loop watches
     bint notified         # efd signalled since the last collect()
     bint stopping
@@ -184,7 +197,7 @@ cdef inline bint _due(State *s) noexcept nogil:
     # reported, so a fast thread never laps one that is still syncing.
     if s.next_ticket - s.oldest_ticket >= MAX_THREADS:
         return False
-    return s.nfin > 0 or (s.fd >= 0 and fb_load(&s.want) > s.started and s.busy < s.threads)
+    return s.nfin > 0 or (s.has_file and fb_load(&s.want) > s.started and s.busy < s.threads)
 
 
 cdef void _report(State *s) noexcept nogil:
@@ -197,8 +210,11 @@ cdef void _report(State *s) noexcept nogil:
         k = s.oldest_ticket % MAX_THREADS
         if not s.ticket_over[k]:
             break
+        if s.ticket_err[k] and not s.error:
+            s.error = s.ticket_err[k]
+            moved = True            # the loop must hear of it
         seq = s.ticket_seq[k]
-        if seq > s.done:
+        if seq > s.done and not s.error:
             group = seq - s.done
             s.group_hist[fb_bucket(fb_group_bounds, FB_GROUP_BOUNDS, group)] += 1
             s.group_records += group
@@ -212,11 +228,13 @@ cdef void _report(State *s) noexcept nogil:
 
 cdef void *sync_main(void *arg) noexcept nogil:
     cdef State *s = <State *>arg
-    cdef int fd, err, e, i, nfin, k, dup_err
+    cdef int fd, err, e, i, nfin, k, dup_err, slot
     cdef int *fin
     cdef int64_t seq, t0, took
     cdef uint64_t ticket
     pthread_mutex_lock(&s.mu)
+    slot = s.nslots
+    s.nslots += 1
     while True:
         fb_add(&s.idle, 1)
         while not s.stopping and not _due(s):
@@ -227,9 +245,9 @@ cdef void *sync_main(void *arg) noexcept nogil:
         fd = -1
         dup_err = 0
         seq = s.started
-        if s.fd >= 0 and fb_load(&s.want) > s.started:
+        if s.has_file and fb_load(&s.want) > s.started:
             seq = s.started = fb_load(&s.want)
-            fd = dup(s.fd)              # file() may replace s.fd while this runs
+            fd = dup(s.fds[slot])       # file() may replace it while this runs
             if fd < 0:
                 dup_err = errno         # reported as a failed sync of these records
         fin, nfin = s.fin, s.nfin
@@ -257,8 +275,7 @@ cdef void *sync_main(void *arg) noexcept nogil:
                 err = e
         pthread_mutex_lock(&s.mu)
         s.busy -= 1
-        if err and not s.error:
-            s.error = err
+        s.ticket_err[k] = err
         if took >= 0:
             s.sync_hist[fb_bucket(fb_fsync_bounds, FB_FSYNC_BOUNDS, took)] += 1
             s.sync_ns += took
@@ -276,7 +293,10 @@ cdef class SyncThread(Worker):
 
     def __cinit__(self, int threads=1):
         # Everything __dealloc__ releases is valid before anything can raise.
-        self.s.fd = self.s.efd = -1
+        cdef int i
+        for i in range(MAX_THREADS):
+            self.s.fds[i] = -1
+        self.s.efd = -1
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
         if not 1 <= threads <= MAX_THREADS:
@@ -292,19 +312,27 @@ cdef class SyncThread(Worker):
         """The eventfd that becomes readable when a sync has finished."""
         return self.s.efd
 
-    def file(self, int fd):
-        """Later requests are for records in fd's file (a dup is taken, so the
-        caller may close it)."""
-        cdef int d = dup(fd)
-        cdef int old
-        if d < 0:
-            raise OSError(errno, "dup failed")
+    def file(self, path):
+        """Later requests are for records in the file at `path` (the current
+        binlog file), opened here once per thread."""
+        cdef bytes p = os.fsencode(path)
+        cdef int fds[MAX_THREADS]
+        cdef int i, k
+        for i in range(self.s.threads):
+            fds[i] = c_open(p, O_RDONLY | O_CLOEXEC)
+            if fds[i] < 0:
+                e = errno
+                for k in range(i):
+                    close(fds[k])
+                raise OSError(e, "cannot open %s for its fsyncs" % path)
         pthread_mutex_lock(&self.s.mu)
-        old = self.s.fd
-        self.s.fd = d
+        for i in range(self.s.threads):
+            fds[i], self.s.fds[i] = self.s.fds[i], fds[i]
+        self.s.has_file = True
         pthread_mutex_unlock(&self.s.mu)
-        if old >= 0:
-            close(old)
+        for i in range(self.s.threads):
+            if fds[i] >= 0:
+                close(fds[i])
 
     def request(self, int64_t seq):
         """Records up to number seq are written (to the current file or to a
@@ -340,7 +368,9 @@ cdef class SyncThread(Worker):
         pthread_mutex_unlock(&self.s.mu)
 
     def collect(self):
-        """After the eventfd fired: (records synced, errno of a failed sync or 0)."""
+        """After the eventfd fired: (records synced, errno of the first failed
+        sync or 0). Once a sync has failed, the count stays where it was
+        before that sync, and the errno is reported on every call."""
         cdef uint64_t n
         cdef int err
         pthread_mutex_lock(&self.s.mu)
@@ -349,7 +379,6 @@ cdef class SyncThread(Worker):
         self.s.notified = False
         n = self.s.done
         err = self.s.error
-        self.s.error = 0
         pthread_mutex_unlock(&self.s.mu)
         return n, err
 
@@ -370,8 +399,9 @@ cdef class SyncThread(Worker):
     def __dealloc__(self):
         cdef int i
         self._join()
-        if self.s.fd >= 0:
-            close(self.s.fd)
+        for i in range(MAX_THREADS):
+            if self.s.fds[i] >= 0:
+                close(self.s.fds[i])
         for i in range(self.s.nfin):
             close(self.s.fin[i])
         free(self.s.fin)

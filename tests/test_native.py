@@ -25,7 +25,7 @@ def test_sync_thread_reports_each_sync(tmp_path):
     t = SyncThread()
     try:
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
-        t.file(fd)
+        t.file(tmp_path / "f")
         for seq in (3, 7, 8):
             os.write(fd, b"x" * 100)
             t.request(seq)
@@ -36,32 +36,49 @@ def test_sync_thread_reports_each_sync(tmp_path):
 
 
 def test_sync_thread_survives_the_caller_closing_its_fd(tmp_path):
-    # The thread holds its own dup: rotation closes the file while a sync runs.
+    # The thread opens the file itself: the caller closes its own while a
+    # sync runs, and the next file() replaces the thread's mid-sync.
     t = SyncThread()
     try:
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, b"x")
-        t.file(fd)
+        t.file(tmp_path / "f")
         t.request(5)
         os.close(fd)
+        os.close(os.open(tmp_path / "g", os.O_WRONLY | os.O_CREAT, 0o600))
+        t.file(tmp_path / "g")
         assert wait_done(t) == (5, 0)
     finally:
         t.stop()
 
 
-def test_sync_thread_reports_errors_and_goes_on(tmp_path):
+def test_sync_thread_refuses_a_file_it_cannot_open(tmp_path):
+    t = SyncThread()
+    try:
+        with pytest.raises(FileNotFoundError):
+            t.file(tmp_path / "missing")
+    finally:
+        t.stop()
+
+
+def test_sync_thread_stops_counting_at_the_first_error(tmp_path):
+    # A failed sync may have lost pages of any record written before it, so
+    # nothing from it on is ever reported synced, even after a good sync.
     t = SyncThread()
     r, w = os.pipe()
     try:
-        t.file(w)
-        t.request(1)                    # fdatasync on a pipe: EINVAL
-        seq, err = wait_done(t)
-        assert seq == 1 and err == 22
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
-        t.file(fd)
-        t.request(2)
+        t.file(tmp_path / "f")
+        t.request(1)
+        assert wait_done(t) == (1, 0)
+        t.file("/proc/self/fd/%d" % w)
+        t.request(2)                    # fdatasync on a pipe: EINVAL
+        assert wait_done(t) == (1, 22)
+        t.file(tmp_path / "f")
+        t.request(3)
+        assert not select.select([t.fileno()], [], [], 0.3)[0] or t.collect() == (1, 22)
+        assert t.collect() == (1, 22)   # still failed, still at 1
         os.close(fd)
-        assert wait_done(t) == (2, 0)   # the error was reported once
     finally:
         os.close(r)
         os.close(w)
@@ -72,7 +89,7 @@ def test_sync_thread_finishes_what_was_asked_before_stopping(tmp_path):
     t = SyncThread()
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, b"x")
-    t.file(fd)
+    t.file(tmp_path / "f")
     t.request(9)
     os.close(fd)
     t.stop()
@@ -88,7 +105,7 @@ def test_sync_threads_lose_no_request(tmp_path, threads):
     t = SyncThread(threads)
     try:
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
-        t.file(fd)
+        t.file(tmp_path / "f")
         synced = 0
         for seq in range(1, 301):
             os.write(fd, b"x" * 50)
