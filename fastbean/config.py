@@ -31,12 +31,25 @@ TESTING_HOST = "127.0.0.1"
 TESTING_START_TIMEOUT = 10.0           # seconds for a new server to answer
 TESTING_STOP_TIMEOUT = 10.0            # seconds between SIGTERM and SIGKILL
 TESTING_BIND_TRIES = 5                 # free ports tried when another process takes one first
-# Replication (replication.py). The lease must outlive a JetStream leader
-# election (4-7 s with nats-server 2.9), or a standby takes over because of one.
+# Replication (replication/). A NATS server lost takes JetStream a leader
+# election: its raft followers wait 4 to 9 s after the leader's last
+# heartbeat (1 s apart) before they elect another (nats-server's raft.go),
+# so up to about 10 s. Neither the lease nor a waiting change may run out
+# in that time, or the loss of one NATS server would stop the primary
+# serving: the primary serves until 1 s before its lease could expire
+# (replication/lease.py), and renews it every second, so 15 s leaves a
+# margin of about 3 s. Failover after a primary dies takes about the TTL.
 DEFAULT_STREAM = "fastbean"
-DEFAULT_LEASE_TTL = 10.0               # seconds the primary's lease lasts unrenewed
-DEFAULT_REPLICATE_TIMEOUT = 15.0       # seconds a change waits for a quorum before it is refused
+DEFAULT_LEASE_TTL = 15.0               # seconds the primary's lease lasts unrenewed
+DEFAULT_REPLICATE_TIMEOUT = 15.0       # seconds a change waits for a quorum before the primary suspends
 STREAM_REPLICAS = 3
+# Fail-stop (server.py): a binlog write or fsync that fails makes the server
+# rebuild its queue from the disk; more than FAILSTOP_LIMIT failures within
+# FAILSTOP_WINDOW seconds, or a disk that will not take the repair, and it
+# exits with EXIT_DISK_FAILED (EX_IOERR) for its supervisor.
+FAILSTOP_LIMIT = 3
+FAILSTOP_WINDOW = 60.0
+EXIT_DISK_FAILED = 74
 # SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.

@@ -181,8 +181,11 @@ def exposition(server):
         _metric(out, "fastbean_binlog_errors_total", "counter",
                 "Failed binlog writes, fsyncs and file creations.", [("", binlog.errors)])
         _metric(out, "fastbean_binlog_failing", "gauge",
-                "1 from a binlog error until writes (and fsyncs) succeed again.",
-                [("", int(binlog.failing))])
+                "1 while the disk refuses new binlog files, and from a failed write or fsync "
+                "until the queue is rebuilt from the disk.", [("", int(binlog.failing))])
+        _metric(out, "fastbean_binlog_failstops_total", "counter",
+                "Failed binlog writes or fsyncs that made the server stop serving from memory "
+                "and rebuild its queue from the disk.", [("", server.failstops)])
         hist = binlog.histograms()
         if hist is not None:
             b, counts, total = hist["fsync"]

@@ -7,17 +7,26 @@ import logging
 import os
 import signal
 import socket
+import time
 
 from fastbean import __version__, busypoll
 from fastbean._core import Core, prefault_arenas, tune_malloc
 from fastbean.binlog import Binlog
 from fastbean.busypoll import BusyPoll
-from fastbean.config import BACKLOG, HANDLED_SIGNALS, SHUTDOWN_GRACE, STATUS_INTERVAL, TICK_BUDGET
+from fastbean.config import (
+    BACKLOG,
+    EXIT_DISK_FAILED,
+    FAILSTOP_LIMIT,
+    FAILSTOP_WINDOW,
+    HANDLED_SIGNALS,
+    SHUTDOWN_GRACE,
+    STATUS_INTERVAL,
+    TICK_BUDGET,
+)
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import event
 from fastbean.metrics import Endpoint
 from fastbean.protocol import ConnProtocol, Refused, TracingConnProtocol
-from fastbean.replication import Replicator
 from fastbean.systemd import Notifier
 
 
@@ -44,26 +53,28 @@ class Server:
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, config.busy_poll_us, self.end_turn)
-        self.binlog = None
-        if config.binlog_dir is not None:
-            self.binlog = Binlog(loop, config.binlog_dir, config.binlog_size,
-                                 fsync=config.fsync, fsync_ms=config.fsync_ms)
-        # Where the engine's records go: the binlog, or the replication stream
-        # (which mirrors them into the binlog directory with -b).
-        self.replicator = None
-        self._wal = self.binlog
-        self._new_core()
+        # Where the engine's records go (a fastbean.wal.Sink): the binlog, or
+        # the replication stream, which mirrors them into the binlog
+        # directory with -b (server.binlog is then that mirror).
+        self.binlog = self.replicator = self._wal = None
         if config.replicate:
+            from fastbean.replication import Replicator  # imports nats: only when replicating
             self.replicator = self._wal = Replicator(self, config)
-            if self.binlog is not None:
-                self.binlog.core = self.core
+            self.binlog = self.replicator.mirror
+        elif config.binlog_dir is not None:
+            self.binlog = self._wal = Binlog(loop, config.binlog_dir, config.binlog_size,
+                                             fsync=config.fsync, fsync_ms=config.fsync_ms,
+                                             on_failure=self._binlog_failed)
+        self._failures = []         # times the binlog failed (fail-stops) lately
+        self.failstops = 0
+        self._new_core()
         # A replicated node serves clients only while it is the primary.
         self.serving = self.replicator is None
         self.connections = set()
         self.listeners = []
         self.notifier = notifier if notifier is not None else Notifier()
         self.endpoint = None        # the HTTP endpoint, with --metrics
-        self.phase = "starting"     # then "replaying", "serving", "stopping"
+        self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
         self.refused = 0            # connections refused at --max-connections
         self._stopping = None
         self._stopped = None        # set when a shutdown has finished
@@ -94,6 +105,7 @@ class Server:
             next_file=self._next_file if logged else None,
             testing=config.testing,
             drop_others=self._drop_others if config.testing else None,
+            lease_over=self._lease_over if config.replicate else None,
         )
         if self.busy_poll is not None:
             self.busy_poll.attach(self.core)
@@ -112,13 +124,16 @@ class Server:
     def _next_file(self, need, replace):
         return self._wal.next_file(need, replace)
 
-    # -- replication -------------------------------------------------------------
+    def _lease_over(self):
+        self.replicator.lease_over()
+
+    # -- serving, and not ----------------------------------------------------------
 
     def set_serving(self, on):
-        """Take clients (primary) or not (standby): a standby accepts a connection
-        and closes it at once, so no client mistakes it for the primary. Going
-        standby closes every client connection; the replies waiting on records
-        never go."""
+        """Take clients, or not: a node that does not serve accepts a connection
+        and closes it at once, so no client mistakes it for one that does.
+        Not serving closes every client connection, and the replies waiting
+        on records never go."""
         self.serving = on
         if not on:
             self.core.set_failed(1 << 63)
@@ -127,17 +142,61 @@ class Server:
         self.notifier.status(self._status())
 
     def reset_core(self):
-        """A standby rebuilds its queue from the stream: start from an empty engine."""
+        """Start again from an empty engine (a standby rebuilds from the stream,
+        the binlog is replayed again after a failure)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._new_core()
-        if self.binlog is not None:
-            self.binlog.core = self.core
 
-    def fatal(self, message):
+    def _binlog_failed(self, op):
+        # A write or fsync failed: the engine holds changes the disk may not.
+        # Fail-stop: serve nothing more from it, and rebuild it from what the
+        # disk holds (binlog.rebuild), unless that keeps failing.
+        if self._stopping is not None:
+            return                  # shutting down: Binlog.close() cuts the files back
+        self.failstops += 1
+        now = time.monotonic()
+        self._failures = [t for t in self._failures if now - t < FAILSTOP_WINDOW] + [now]
+        if len(self._failures) > FAILSTOP_LIMIT:
+            event(logging.ERROR, "fail-stop", "the binlog failed %(failures)d times in %(window)d s: "
+                  "exiting with status %(status)d, for a supervisor to restart the server",
+                  failures=len(self._failures), window=FAILSTOP_WINDOW, status=EXIT_DISK_FAILED)
+            self.set_serving(False)
+            self.fatal("the binlog keeps failing", EXIT_DISK_FAILED)
+            return
+        event(logging.ERROR, "fail-stop", "the binlog %(op)s failed: the server stops serving from "
+              "memory, which may hold changes the disk does not, closes every connection and "
+              "rebuilds its queue from the binlog on disk", op=op)
+        self.phase = "recovering"
+        self.set_serving(False)
+        self.loop.create_task(self._rebuild_from_binlog())
+
+    async def _rebuild_from_binlog(self):
+        try:
+            self.binlog.detach()
+            # the repair waits for a disk that just failed: off the loop, which
+            # goes on answering /readyz and the watchdog
+            await self.loop.run_in_executor(None, self.binlog.repair)
+            self.reset_core()
+            for done, total in self.binlog.reopen(self.core):
+                self.notifier.status("rebuilding from the binlog: %d of %d files" % (done, total))
+                await asyncio.sleep(0)
+        except BinlogError as e:
+            event(logging.ERROR, "fail-stop", "%(error)s: exiting with status %(status)d, for a "
+                  "supervisor to restart the server", error=str(e), status=EXIT_DISK_FAILED)
+            self.fatal(str(e), EXIT_DISK_FAILED)
+            return
+        if self._stopping is not None:
+            return
+        self.phase = "serving"
+        self.set_serving(True)
+        event(logging.WARNING, "rebuilt", "rebuilt %(jobs)d jobs from the binlog on disk; serving again",
+              jobs=self.core.current_jobs)
+
+    def fatal(self, message, status=1):
         event(logging.ERROR, "fatal", "%(error)s", error=message)
-        self._exit_status = 1
+        self._exit_status = status
         self.stop()
 
     # -- connections ---------------------------------------------------------
@@ -201,10 +260,14 @@ class Server:
         should see. A replicated node is ready only while it is the primary."""
         if self.phase == "replaying":
             return False, "replaying the binlog"
+        if self.phase == "recovering":
+            return False, "rebuilding from the binlog after a disk failure"
         if self.phase != "serving":
             return False, self.phase
-        if not self.serving:
-            return False, "standby"
+        if self.replicator is not None:
+            ready, why = self.replicator.readiness()
+            if not ready:
+                return False, why
         if self.core.draining:
             return False, "draining"
         if self.binlog is not None and self.binlog.failing:

@@ -458,24 +458,55 @@ def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
     s.stop()
 
 
-def test_fsync_errors_never_acknowledge(tmp_path, failing_fsync):
-    # With -f 0 a reply says the change is on disk. When the fsync fails, the
-    # clients waiting on it are hung up on instead; the server stays up, logs
-    # it, and serves (and acknowledges) again once the disk recovers.
+def wait_serving(s, timeout=30.0):
+    """Wait until the server answers a command again (after a rebuild)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with Client(s.port, timeout=5) as c:
+                if c.stats() is not None:
+                    return
+        except (ConnectionError, OSError):
+            pass
+        assert s.proc.poll() is None, s.log.decode(errors="replace")
+        assert time.monotonic() < deadline, s.log.decode(errors="replace")
+        time.sleep(0.05)
+
+
+def test_failed_fsync_stops_serving_from_memory_and_rebuilds(tmp_path, failing_fsync, monkeypatch):
+    # With -f 0 a reply says the change is on disk. A failed fsync may have
+    # lost any page written since the last good one, and the kernel says so
+    # once: the server answers nothing more from its memory, closes every
+    # connection (the put waiting on that fsync gets no INSERTED), cuts the
+    # binlog back to what is on disk, replays it into a new engine and
+    # serves again. Records are never written after the gap.
     flag = failing_fsync
+    monkeypatch.setenv("FASTBEAN_TEST_EIO_ONCE", "1")     # one slow failure, then a working disk
     s = fastbean(tmp_path, "-f", "0")
     try:
         with Client(s.port) as c:
             first = c.put(b"before")
+        idle = Client(s.port, timeout=10)
         flag.write_text("")
-        with Client(s.port) as c:
+        with Client(s.port, timeout=10) as c:
             c.send(b"put 0 0 60 6\r\nfailed\r\n")
             assert c.sock.recv(100) == b""               # no INSERTED: a hang-up
-        assert b"fsync of binlog" in s.log and b"Input/output error" in s.log
-        flag.unlink()
+        assert idle.sock.recv(100) == b""                # every client is closed
+        idle.close()
+        wait_serving(s)
         with Client(s.port) as c:
+            assert c.peek(first) == b"before"
+            assert c.stats()["current-jobs-ready"] == 1  # the failed put is not there
             later = c.put(b"after")
+        log = s.log
+        assert b"fsync of binlog.1 failed: Input/output error" in log
+        assert b"stops serving from memory" in log
+        assert b"cut back" in log and b"serving again" in log
+        s.kill()
+        s = fastbean(tmp_path, "-f", "0")
+        with Client(s.port) as c:
             assert c.peek(first) == b"before" and c.peek(later) == b"after"
+            assert c.stats()["current-jobs-ready"] == 2
     finally:
         s.stop()
 
@@ -483,9 +514,10 @@ def test_fsync_errors_never_acknowledge(tmp_path, failing_fsync):
 def test_fsync_error_fails_every_record_written_before_it(tmp_path, failing_fsync, monkeypatch):
     # A failed write-back can lose a page that also holds records written
     # after the failing fsync began, and the kernel reports the error only
-    # once, so the next fsync succeeds. Every record written before the error
-    # came back is therefore treated as lost: here the second client's put,
-    # written while the first one's fsync was failing, is not acknowledged.
+    # once, so the next fsync succeeds. Every record written after the last
+    # good fsync is therefore treated as lost: here the second client's put,
+    # written while the first one's fsync was failing, is not acknowledged
+    # and not there once the server has rebuilt its queue from the disk.
     flag = failing_fsync
     monkeypatch.setenv("FASTBEAN_TEST_EIO_ONCE", "1")     # one slow failure, then a working disk
     s = fastbean(tmp_path, "-f", "0", "-s", "65536")    # a small file: filled at once
@@ -494,16 +526,49 @@ def test_fsync_error_fails_every_record_written_before_it(tmp_path, failing_fsyn
             first = c.put(b"before")
         time.sleep(0.5)
         flag.write_text("")
-        with Client(s.port) as c1, Client(s.port) as c2:
+        with Client(s.port, timeout=10) as c1, Client(s.port, timeout=10) as c2:
             c1.send(b"put 0 0 60 1\r\na\r\n")
             time.sleep(0.1)                                  # its fsync is under way
             c2.send(b"put 0 0 60 1\r\nb\r\n")
             assert c1.sock.recv(100) == b""
             assert c2.sock.recv(100) == b""
         assert not flag.exists()
+        wait_serving(s)
         with Client(s.port) as c:
+            assert c.stats()["current-jobs-ready"] == 1
             later = c.put(b"after")
             assert c.peek(first) == b"before" and c.peek(later) == b"after"
+    finally:
+        s.stop()
+
+
+def test_binlog_that_keeps_failing_exits_for_its_supervisor(tmp_path, failing_fsync):
+    # Every fsync fails: the server rebuilds a few times, then gives up with
+    # EX_IOERR (74), which the systemd unit restarts; what was acknowledged
+    # before is still there for the next start.
+    flag = failing_fsync
+    s = fastbean(tmp_path, "-f", "0")
+    with Client(s.port) as c:
+        first = c.put(b"before")
+    flag.write_text("")
+    deadline = time.monotonic() + 60
+    while s.proc.poll() is None:
+        assert time.monotonic() < deadline, s.log.decode(errors="replace")
+        try:
+            with Client(s.port, timeout=5) as c:
+                c.cmd(b"put 0 0 60 1\r\nx")
+        except (ConnectionError, OSError):
+            pass
+        time.sleep(0.05)
+    assert s.proc.returncode == 74, s.log.decode(errors="replace")
+    log = s.log
+    assert log.count(b"rebuilt") >= 1 and b"exiting with status 74" in log
+    assert b"Traceback" not in log
+    flag.unlink()
+    s = fastbean(tmp_path, "-f", "0")
+    try:
+        with Client(s.port) as c:
+            assert c.peek(first) == b"before"
     finally:
         s.stop()
 

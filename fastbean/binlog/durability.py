@@ -1,0 +1,163 @@
+"""The fsync policy (-f, -F) over records written to the binlog's files.
+
+Records are numbered as the engine numbers them (take_wal). After each
+write the binlog says how far records are written and where they end
+(written()); this says when they are durable (on_durable(seq)):
+
+- -F: at once (they are in the page cache; a power loss can take them);
+- -f MS: at once as well, and a sync thread fdatasyncs them within MS ms,
+  so a power loss can take about the last MS ms;
+- -f 0: once a sync thread's fdatasync that began after their write has
+  returned. That is the group commit: every record written by then shares
+  the fsync, while the loop goes on.
+
+It also keeps where the last record known to be on disk ends (`good`): a
+failed fsync may have cost any page written since the last good one, and
+the kernel says so only once, so the binlog is cut back there (binlog/).
+"""
+import collections
+import time
+
+from fastbean._sync import SyncThread
+from fastbean.config import FSYNC_THREADS
+
+
+class Durability:
+    def __init__(self, loop, fsync: bool, fsync_ms: int, on_durable, on_error):
+        """on_durable(seq): records up to seq are as durable as the policy
+        makes them. on_error(errno): an fsync failed; nothing is reported
+        durable from then on."""
+        self.loop = loop
+        self.fsync = fsync
+        self.fsync_ms = fsync_ms
+        self._on_durable = on_durable
+        self._on_error = on_error
+        self.written_seq = 0        # records written to the files
+        self.synced_seq = 0         # records known on disk
+        self.good = None            # (file, offset) where the records on disk end
+        self._asked_seq = 0         # records the sync threads have been asked to sync
+        self._asked = collections.deque()   # (seq, file, offset) asked, not yet synced
+        self._last_sync = 0.0
+        self._timer = None          # -f MS: the fsync due at most MS after a write
+        self._syncer = None
+        self._detached = False
+        self.failed = False
+        self.last_error = 0         # errno of the failed fsync
+
+    def start(self, good) -> None:
+        """Records start after `good` (file, offset), which is on disk."""
+        self.good = good
+        if self.fsync:
+            self._syncer = SyncThread(FSYNC_THREADS if self.fsync_ms == 0 else 1)
+            self.loop.add_reader(self._syncer.fileno(), self._sync_done)
+
+    def file(self, path: str) -> None:
+        """Records from now on go to the file at path."""
+        if self._syncer is not None:
+            self._syncer.file(path)
+
+    def finish(self, fd: int) -> None:
+        """fd's file is finished: it is synced before any later record counts."""
+        if self._syncer is not None:
+            self._syncer.finish(fd)
+
+    def written(self, seq: int, where) -> None:
+        """Records up to seq are written, and end at `where` (file, offset)."""
+        if self.failed or seq <= self.written_seq:
+            return
+        self.written_seq = seq
+        if not self.fsync:
+            self.good = where
+            self.synced_seq = seq
+            self._on_durable(seq)
+            return
+        self._asked.append((seq, where))
+        if self.fsync_ms == 0:
+            self._start_sync()
+        else:
+            # Written records survive a crash of the process; -f bounds what a
+            # power loss can take to about the last MS ms.
+            self._on_durable(seq)
+            self._arm()
+
+    def _start_sync(self) -> None:
+        # A sync thread covers every record written so far while the loop
+        # goes on; with -f 0 their replies wait for it. A thread free by
+        # then starts at once, else the first to finish takes these with
+        # whatever else has come.
+        if self._asked_seq >= self.written_seq:
+            return
+        if self.fsync_ms:
+            self._last_sync = time.monotonic()
+        self._asked_seq = self.written_seq
+        self._syncer.request(self.written_seq)
+
+    def _timed_sync(self) -> None:
+        self._timer = None
+        self._start_sync()
+
+    def _arm(self) -> None:
+        # -f MS: sync at most MS ms after the last one, if anything is unsynced.
+        if self._timer is not None or self._asked_seq > self.synced_seq:
+            return
+        if self.written_seq <= self.synced_seq:
+            return
+        wait = self._last_sync + self.fsync_ms / 1000.0 - time.monotonic()
+        if wait <= 0:
+            self._start_sync()
+        else:
+            self._timer = self.loop.call_later(wait, self._timed_sync)
+
+    def _sync_done(self) -> None:
+        seq, err = self._syncer.collect()
+        self._synced(seq)
+        if err:
+            if not self.failed:
+                self.failed = True
+                self.last_error = err
+                self._cancel_timer()
+                self._on_error(err)
+            return
+        if self.fsync_ms == 0:
+            self._on_durable(seq)
+        else:
+            self._arm()
+
+    def _synced(self, seq: int) -> None:
+        while self._asked and self._asked[0][0] <= seq:
+            self.good = self._asked.popleft()[1]
+        self.synced_seq = max(self.synced_seq, seq)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def detach(self) -> None:
+        """Hear nothing more from the sync threads (on the loop's thread)."""
+        self._cancel_timer()
+        if self._syncer is not None and not self._detached:
+            self._detached = True
+            self.loop.remove_reader(self._syncer.fileno())
+
+    def stop(self) -> int:
+        """Finish the syncs asked for, stop the threads; the errno of a failed
+        sync (0 when none failed). After detach(), any thread may call it."""
+        self.detach()
+        if self._syncer is None:
+            return self.last_error
+        self._syncer.stop()             # after the syncs it was given
+        seq, err = self._syncer.collect()
+        self._synced(seq)
+        self._syncer = None
+        if err and not self.failed:
+            self.failed = True
+            self.last_error = err
+        elif not err and not self.failed and self.fsync_ms == 0:
+            self._on_durable(seq)
+        return self.last_error
+
+    def histograms(self):
+        """The sync threads' fsync-latency and group-commit histograms, or None
+        without an fsync policy (see SyncThread.histograms)."""
+        return None if self._syncer is None else self._syncer.histograms()

@@ -1,0 +1,152 @@
+"""The binlog directory: its lock, and its binlog.N files (beanstalkd 1.12's
+names and format), made ahead of use, finished, removed, and cut back to
+what is durable after a failure."""
+import errno
+import fcntl
+import logging
+import os
+
+from fastbean._core import FILE_HEADER
+from fastbean.errors import BinlogError, BinlogLockedError
+from fastbean.logs import event
+
+BLOCK = 4096                # files are allocated in whole blocks
+
+
+def blocks(n: int) -> int:
+    """n rounded up to whole blocks."""
+    return (n + BLOCK - 1) // BLOCK * BLOCK
+
+
+class File:
+    """One open binlog file: made ahead of use (the spare), or being written."""
+
+    __slots__ = ("seq", "fd", "fill_fd", "cap", "used")
+
+    def __init__(self, seq, fd, fill_fd, cap, used):
+        self.seq, self.fd, self.fill_fd, self.cap, self.used = seq, fd, fill_fd, cap, used
+
+    def close(self) -> None:
+        for fd in (self.fd, self.fill_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.fill_fd = -1
+
+
+class Directory:
+    """The files of one directory. Failures raise OSError; what they mean is
+    the caller's to say."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock_fd = -1
+
+    def file_path(self, seq: int) -> str:
+        return os.path.join(self.path, "binlog.%d" % seq)
+
+    def lock(self) -> None:
+        """Take DIR/lock, as beanstalkd does: one server per directory."""
+        if self._lock_fd >= 0:
+            return
+        if not os.path.exists(self.path):
+            raise BinlogError("binlog directory %s does not exist" % self.path)
+        if not os.path.isdir(self.path):
+            raise BinlogError("binlog directory %s is not a directory" % self.path)
+        try:
+            fd = os.open(os.path.join(self.path, "lock"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise BinlogError("cannot use binlog directory %s: %s" % (self.path, e.strerror)) from None
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise BinlogLockedError("failed to lock binlog dir %s: %s (is another server using it?)"
+                                    % (self.path, e.strerror)) from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def existing(self) -> list:
+        """The numbers of the binlog files here, oldest first."""
+        return sorted(int(name[7:]) for name in os.listdir(self.path)
+                      if name.startswith("binlog.") and name[7:].isdigit())
+
+    def make(self, seq: int, cap: int, fill: bool) -> File:
+        """binlog.<seq>, cap bytes allocated, its header written. fill: a second
+        open file for the zero-filler (the kernel reports a failed write-back
+        once per open file, and that report belongs to the group commit)."""
+        path = self.file_path(seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fill_fd = -1
+        try:
+            if fill:
+                fill_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            os.fchmod(fd, 0o400)            # as beanstalkd creates them
+            os.posix_fallocate(fd, 0, cap)
+            os.pwrite(fd, FILE_HEADER, 0)
+        except OSError:
+            os.close(fd)
+            if fill_fd >= 0:
+                os.close(fill_fd)
+            os.unlink(path)
+            raise
+        return File(seq, fd, fill_fd, cap, len(FILE_HEADER))
+
+    def discard(self, f: File) -> None:
+        """A made file nothing was written to: gone again."""
+        f.close()
+        os.unlink(self.file_path(f.seq))
+
+    def remove(self, seqs) -> None:
+        """Files no live job needs: they go (a failure is logged, not raised:
+        the file is only disk space)."""
+        for seq in seqs:
+            try:
+                os.unlink(self.file_path(seq))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                event(logging.ERROR, "binlog-remove-failed", "cannot remove binlog.%(file)d: "
+                      "%(error)s", file=seq, error=e.strerror)
+
+    def remove_all(self) -> None:
+        for seq in self.existing():
+            os.unlink(self.file_path(seq))
+
+    def cut_back(self, seq: int, end: int) -> list:
+        """After a failed write or fsync: binlog.<seq> ends at `end` (what is
+        known durable) and every later file goes; the file and the directory
+        are synced. Returns the files removed. Raises OSError when the disk
+        will not take even that."""
+        path = self.file_path(seq)
+        later = [s for s in self.existing() if s > seq]
+        if os.path.exists(path):
+            mode = os.stat(path).st_mode & 0o777
+            os.chmod(path, 0o600)           # binlog files are read-only, as beanstalkd's
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(fd, end)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            finally:
+                os.chmod(path, mode)
+        for s in later:
+            os.unlink(self.file_path(s))
+        self.sync()
+        return later
+
+    def sync(self) -> None:
+        """fsync the directory itself: new and removed names are durable."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if e.errno != errno.EINVAL:     # a file system that cannot sync a directory
+                raise
+        finally:
+            os.close(fd)

@@ -1,0 +1,524 @@
+"""Replication: each group commit published to a NATS JetStream stream,
+standbys that apply the stream as it grows, and a lease that makes one
+node the primary.
+
+The stream holds the binlog records the engine writes (beanstalkd's
+format), one message per group commit, in parts that play the role of
+binlog files (parts.py). A reply that confirms a change waits until
+JetStream has stored its records on a quorum (publisher.py), and with -b
+until the local mirror has them by -f too (binlog/mirror.py).
+
+A node is in one of four roles:
+
+    STARTING -> STANDBY -> PRIMARY <-> SUSPENDED
+                   ^                       |
+                   +------- rebuild -------+
+
+- STANDBY: applies the stream (follower.py); takes the lease when it is
+  free and the node has applied everything, then appends the first message
+  of a new part expecting the stream to end where its replay does (the
+  fence). Success makes it PRIMARY.
+- PRIMARY: serves clients, publishes, renews the lease (lease.py).
+- SUSPENDED: the primary could not make a change durable within
+  --replicate-timeout, or could not renew its lease in time. It closes
+  every client and answers none, keeps its queue and goes on publishing;
+  once everything it logged is stored and its lease is renewed, it fences
+  again and serves (PRIMARY).
+- Rebuild: another writer appended (the fence failed), another node holds
+  the lease, or the local mirror failed: the queue and the mirror are
+  rebuilt from the stream, as a STANDBY.
+
+Every role change that replaces the engine bumps `gen`; every task checks
+it after each wait, so none acts on an engine that is gone.
+"""
+import asyncio
+import enum
+import logging
+import socket
+import time
+import uuid
+
+from fastbean._core import FILE_HEADER
+from fastbean.binlog.mirror import Mirror
+from fastbean.errors import BinlogError, ReplicationError
+from fastbean.logs import event
+from fastbean.replication.follower import Follower
+from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
+from fastbean.replication.link import Deposed, Link, Quiet, Unavailable
+from fastbean.replication.parts import Parts
+from fastbean.replication.publisher import Publisher
+from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
+
+POLL = 0.25                 # seconds between a standby's looks at the stream and the lease
+LEASE_RETRY = 0.25          # seconds between tries to renew a lease NATS did not answer for
+HEADROOM = 1024             # bytes of a message's headers, at most
+RELEASE_TIMEOUT = 2.0       # seconds to hand the lease on at shutdown
+
+
+class Role(enum.Enum):
+    STARTING = "starting"
+    STANDBY = "standby"
+    PRIMARY = "primary"
+    SUSPENDED = "suspended"
+
+
+class Replicator:
+    """This node's side of replication: the server's Sink (fastbean.wal) and
+    the state of its role."""
+
+    def __init__(self, server, config):
+        self.server = server
+        self.loop = server.loop
+        self.name = config.node_name or "%s-%s" % (socket.gethostname(), config.port)
+        self.timeout = config.replicate_timeout
+        self.max_job_size = config.max_job_size
+        self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl)
+        self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
+        self.parts = Parts(config.binlog_size)
+        self.publisher = Publisher(self.link, self.loop, self.timeout, lambda: self.applied,
+                                   self._acked, self._deposed_by_writer, self._wake_up)
+        self.follower = Follower(self.link, self._apply)
+        self.mirror = None          # -b: a local mirror of the stream
+        if config.binlog_dir is not None:
+            self.mirror = Mirror(self.loop, config.binlog_dir, config.replicate_stream, config.fsync,
+                                 config.fsync_ms, self._local_durable, self._local_failed)
+        self._turn = TurnCommit(self.loop, self.commit)
+        self._reclaim = Reclaim(self._reclaimed)
+        self.role = Role.STARTING
+        self.gen = 0
+        self.applied = 0            # stream sequence of the last message applied or stored
+        self.engine_part = 0        # the newest part the engine has (next_file gave it)
+        self.part_caps = {}         # part -> bytes the engine may fill, until it starts
+        self.local_seq = 0          # engine records the local mirror has made durable
+        self.remote_seq = 0         # engine records JetStream has stored
+        self._why_not = None        # the reason the primary stopped serving, or must rebuild
+        self._rebuild_why = None
+        self._wake = asyncio.Event()
+        self._deadline = None       # timer: the end of the lease's validity
+        self._task = None
+        self._purging = None
+        self._standby_errors = Quiet("standby-error", "replication: standby: %(error)s")
+        self._lease_errors = Quiet("lease-renew-failed", "replication: renewing the lease failed "
+                                   "(valid for %(left).1f s more): %(error)s")
+        # fastbean-stats
+        self.takeovers = self.resyncs = self.suspensions = 0
+
+    # -- start, stop ----------------------------------------------------------
+
+    def start(self):
+        if self.mirror is not None:
+            self.mirror.open()
+        self._task = self.loop.create_task(self._run())
+
+    async def finish(self, grace):
+        """Shutdown: publish what is queued (up to `grace` s), hand the lease on."""
+        if self.role is Role.PRIMARY:
+            self.commit()
+            deadline = time.monotonic() + grace
+            while self.publisher.busy and time.monotonic() < deadline and self.role is Role.PRIMARY:
+                await asyncio.sleep(0.01)
+        was_primary = self.role is Role.PRIMARY and not self.publisher.busy
+        self.gen += 1
+        if self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.publisher.stop()
+        await self.follower.stop()
+        if was_primary and self.lease.revision:
+            try:                    # the standbys need not wait for the lease to expire
+                await asyncio.wait_for(self.lease.release(), RELEASE_TIMEOUT)
+            except (Unavailable, asyncio.TimeoutError, Exception) as e:
+                event(logging.WARNING, "lease-release-failed",
+                      "replication: could not release the lease: %(error)s", error=str(e) or type(e).__name__)
+        await self.link.close()
+
+    async def _run(self):
+        try:
+            ttl = await self.link.connect()
+            limit = self.link.max_payload - HEADROOM
+            if self.max_job_size + 2 + 4 + 200 + 80 > limit:
+                raise ReplicationError("-z %d does not fit in a NATS message (max_payload %d)"
+                                       % (self.max_job_size, self.link.max_payload))
+            self.publisher.max_payload = limit
+            if ttl and abs(ttl - self.lease.ttl) > 0.001:
+                event(logging.WARNING, "lease-ttl-differs", "replication: the lease bucket %(bucket)s "
+                      "has a TTL of %(ttl).1f s, not %(asked).1f s; the bucket's applies",
+                      bucket=self.link.bucket, ttl=ttl, asked=self.lease.ttl)
+                self.lease.set_ttl(ttl)
+            self.role = Role.STANDBY
+            event(logging.WARNING, "standby", "replication: node %(node)s on stream %(stream)s, "
+                  "as a standby", node=self.name, stream=self.link.stream)
+            while True:
+                await self._standby()
+                if await self._take_over():
+                    self._rebuild(await self._lead())
+        except asyncio.CancelledError:
+            raise
+        except (ReplicationError, BinlogError) as e:
+            self.server.fatal(str(e))
+        except Exception:
+            event(logging.ERROR, "replication-crashed", "replication stopped", exc_info=True)
+            self.server.fatal("replication failed")
+
+    # -- standby ----------------------------------------------------------------
+
+    async def _standby(self):
+        """Apply the stream as it grows, until this node has applied all of it
+        and holds the lease."""
+        self.role = Role.STANDBY
+        try:
+            while True:
+                if self.follower.gap:
+                    await self.follower.stop()
+                    self._rebuild("the stream does not go on from where this node got to")
+                if not self.follower.following:
+                    await self.follower.start(self.applied)
+                await asyncio.sleep(POLL)
+                try:
+                    if await self._ready_to_lead():
+                        return
+                    self._standby_errors.ok()
+                except Unavailable as e:
+                    self._standby_errors.failed(logging.INFO, error=str(e))
+        finally:
+            await self.follower.stop()
+
+    async def _ready_to_lead(self):
+        first, last, messages = await self.link.last_seq()
+        if messages == 0 and self.applied < last:
+            self.applied = self.follower.applied = last      # purged to the end: nothing to apply
+        if self.applied < last:
+            if self.follower.stuck():
+                event(logging.WARNING, "follower-stuck", "replication: follower stuck at %(applied)d "
+                      "of %(last)d; following again", applied=self.applied, last=last)
+                await self.follower.stop()
+            return False
+        self.follower.progress = time.monotonic()
+        holder = await self.lease.holder()
+        if holder is None:
+            if not await self.lease.take():
+                return False        # another standby took it first
+            event(logging.WARNING, "lease-taken", "replication: %(node)s holds the lease", node=self.name)
+            return True
+        # still this node's after a rebuild: renewed, its time starts now
+        return bool(holder) and await self.lease.renew() not in (LOST, AGAIN)
+
+    def _apply(self, seq, part, data):
+        # One message of the stream, applied as replay applies a file's
+        # records: the engine's jobs stay in replay until takeover.
+        core = self.server.core
+        if part != self.parts.current:
+            if part < self.parts.current:
+                event(logging.ERROR, "stream-part-back", "replication: message %(seq)d goes back to "
+                      "part %(part)d from %(current)d", seq=seq, part=part, current=self.parts.current)
+                self.follower.gap = True
+                return
+            # parts are numbered on; one without messages was empty
+            for empty in range(self.parts.current + 1 if self.parts.current else part, part):
+                core.replay(FILE_HEADER, empty)
+                self._mirror_part(empty, 0)
+            self.parts.start(part)
+            self._mirror_part(part, 0)
+        if self.mirror is not None:
+            self.mirror.write(data)
+        count, end, reason = core.replay(FILE_HEADER + data, part)
+        if reason is not None:
+            event(logging.ERROR, "stream-records-dropped", "replication: message %(seq)d: %(reason)s: "
+                  "%(bytes)d bytes after record %(records)d not applied", seq=seq, reason=reason,
+                  bytes=len(data) + len(FILE_HEADER) - end, records=count)
+        self.parts.add(part, seq, len(data))
+        self.applied = seq
+        self._reclaimed(core.wal_collect())     # applied records are in the stream already
+
+    def _mirror_part(self, part, cap):
+        if self.mirror is not None:
+            self.mirror.part(part, cap)
+
+    # -- takeover, leading ------------------------------------------------------------
+
+    async def _take_over(self):
+        """The fence: the first message of a new part. Success makes this node
+        the primary."""
+        gen = self.gen
+        part = self.parts.current + 1
+        try:
+            seq = await self.publisher.fence(part, give_up=self.timeout)
+        except Deposed:
+            event(logging.WARNING, "takeover-lost", "replication: another node appended first; following on")
+            return False
+        if seq is None or gen != self.gen:
+            return False
+        core = self.server.core
+        t0 = time.monotonic()
+        jobs = core.replay_finish()
+        placed = time.monotonic() - t0
+        self.parts.start(part)
+        self._acked(part, 0, seq, 0)
+        live, resv, used, cap, nparts = core.wal_status()
+        cap = self.parts.capacity(resv)
+        self.engine_part = part
+        self._mirror_part(part, cap)
+        core.set_wal_piece(self.publisher.max_payload)
+        core.wal_start(part, cap, 0)
+        self.takeovers += 1
+        event(logging.WARNING, "primary", "replication: %(node)s is the primary: %(jobs)d jobs, stream "
+              "at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
+              seq=self.applied, seconds=placed)
+        return True
+
+    async def _lead(self):
+        """Serve while the lease and the stream allow; returns why this node
+        must rebuild its queue from the stream."""
+        gen = self.gen
+        self.role = Role.PRIMARY
+        self._rebuild_why = None
+        self._lease_renewed()
+        self.server.set_serving(True)
+        self.commit()               # the engine's first record in its part
+        keeper = self.loop.create_task(self._keep_lease(gen))
+        try:
+            while self._rebuild_why is None:
+                self._wake.clear()
+                if self.role is Role.PRIMARY:
+                    if self.publisher.stalled:
+                        self._suspend("no NATS quorum has stored its changes for %.0f s" % self.timeout)
+                    elif not self.lease.held:
+                        self._suspend("its lease was not renewed in time")
+                elif not self.publisher.busy and not self.publisher.stalled and self.lease.held:
+                    await self._resume(gen)
+                    continue
+                await self._wake.wait()
+            return self._rebuild_why
+        finally:
+            keeper.cancel()
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+    def _suspend(self, why):
+        self.role = Role.SUSPENDED
+        self.suspensions += 1
+        self._why_not = why
+        event(logging.ERROR, "suspended", "replication: %(node)s stops serving: %(why)s; its clients "
+              "are disconnected, and it serves again once its changes are stored and its lease renewed",
+              node=self.name, why=why)
+        self.server.set_serving(False)
+
+    async def _resume(self, gen):
+        # Everything logged is stored and the lease is renewed: fence in the
+        # current part (nobody appended meanwhile), then serve again.
+        try:
+            seq = await self.publisher.fence(self.parts.current, give_up=self.timeout)
+        except Deposed:
+            self._deposed_by_writer()
+            return
+        if seq is None or gen != self.gen or self.role is not Role.SUSPENDED:
+            return
+        self._acked(self.parts.current, 0, seq, 0)
+        self.role = Role.PRIMARY
+        self._why_not = None
+        event(logging.WARNING, "resumed", "replication: %(node)s serves again", node=self.name)
+        self.server.set_serving(True)
+
+    async def _keep_lease(self, gen):
+        while gen == self.gen:
+            try:
+                result = await self.lease.renew()
+            except Unavailable as e:
+                if gen != self.gen:
+                    return
+                self._lease_errors.failed(left=self.lease.valid_until - time.monotonic(), error=str(e))
+                await asyncio.sleep(LEASE_RETRY)
+                continue
+            if gen != self.gen:
+                return
+            self._lease_errors.ok()
+            if result == LOST:
+                event(logging.ERROR, "lease-lost", "replication: %(node)s lost the lease", node=self.name)
+                self._must_rebuild("another node holds the lease")
+                return
+            if result == AGAIN:
+                continue
+            if result == RETAKEN and self.role is Role.PRIMARY:
+                self._suspend("its lease had lapsed")   # someone may have led meanwhile: fence first
+            self._lease_renewed()
+            await asyncio.sleep(self.lease.renew_every)
+
+    def _lease_renewed(self):
+        # The engine answers nothing past the lease; a timer wakes _lead then.
+        self.server.core.set_lease(self.lease.valid_until)
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(max(0.0, self.lease.valid_until - time.monotonic()),
+                                              self._wake_up)
+        self._wake_up()
+
+    def lease_over(self):
+        """The engine's hook: a command came past the lease (the loop ran late)."""
+        self._wake_up()
+
+    def _wake_up(self):
+        self._wake.set()
+
+    def _deposed_by_writer(self):
+        event(logging.ERROR, "fenced", "replication: another node appended to the stream: %(node)s "
+              "steps down", node=self.name)
+        self._must_rebuild("another node appended to the stream")
+
+    def _must_rebuild(self, why):
+        if self._rebuild_why is None:
+            self._rebuild_why = why
+        self._wake_up()
+
+    def _local_failed(self, op):
+        if self.role in (Role.PRIMARY, Role.SUSPENDED):
+            self._must_rebuild("the local mirror failed (%s)" % op)
+        else:
+            self.follower.gap = True        # the standby rebuilds, and its mirror with it
+
+    def _rebuild(self, why):
+        """Start again from the stream: a new engine, an empty mirror."""
+        self.gen += 1
+        self.publisher.stop()
+        self.server.set_serving(False)
+        self.role = Role.STANDBY
+        self.resyncs += 1
+        event(logging.WARNING, "resync", "replication: %(why)s: rebuilding the queue from the stream",
+              why=why)
+        self._turn.cancel()
+        self._reclaim.clear()
+        if self._purging is not None:
+            self._purging.cancel()
+            self._purging = None
+        self.server.reset_core()
+        if self.mirror is not None:
+            self.mirror.reset()
+        self.applied = self.follower.applied = 0
+        self.parts.reset()
+        self.engine_part = self.local_seq = self.remote_seq = 0
+        self.part_caps.clear()
+
+    # -- the Sink: the engine's records, while primary (server.py passes them on) ---------
+
+    def schedule(self):
+        self._turn.schedule()
+
+    def end_of_turn(self):
+        self._turn.end_of_turn()
+
+    def commit(self):
+        """The turn's records: published now, or with everything gathered
+        meanwhile once the publish in flight is stored."""
+        if self.role in (Role.PRIMARY, Role.SUSPENDED) and not self.publisher.busy:
+            self._take()
+            self.publisher.send()
+
+    def next_file(self, need, replace):
+        """The current part is full: the next part for the engine to go on in,
+        as (part, room, bytes used); its records start there in take_wal().
+        (No spare is ever offered: replace is 0.)"""
+        if self.role is not Role.PRIMARY:
+            return None
+        self.engine_part += 1
+        cap = self.part_caps[self.engine_part] = self.parts.capacity(need)
+        return self.engine_part, cap, 0
+
+    def _take(self):
+        # The engine's records, in pieces no bigger than a message; a part the
+        # engine went on to starts here (and its mirror file with -b).
+        segments, records = self.server.core.take_wal()
+        taken = False
+        for part, data in segments:
+            if part != self.parts.current:
+                self.parts.start(part)
+                self._mirror_part(part, self.part_caps.pop(part, 0))
+            if data:
+                taken = True
+                if self.mirror is not None:
+                    self.mirror.write(data)
+                self.publisher.push(part, bytes(data))
+        if taken:
+            self.publisher.mark(records)
+            if self.mirror is not None:
+                self.mirror.written(records)
+
+    def _acked(self, part, size, seq, records):
+        self.applied = seq
+        self.parts.add(part, seq, size)
+        if records:
+            self.remote_seq = records
+            self._release()
+        if not self.publisher.queue and self.role in (Role.PRIMARY, Role.SUSPENDED):
+            self._take()
+        if size:
+            self._maintain()
+        self._wake_up()
+
+    def _local_durable(self, seq):
+        self.local_seq = max(self.local_seq, seq)
+        self._release()
+
+    def _release(self):
+        # A reply goes once its records are in the stream (and on the local disk, with -b).
+        seq = self.remote_seq if self.mirror is None else min(self.remote_seq, self.local_seq)
+        if seq and self.role in (Role.PRIMARY, Role.SUSPENDED):
+            self.server.core.set_durable(seq)
+            self._reclaim.durable(seq)
+
+    def _maintain(self):
+        # As the binlog does with files: the parts no live job needs go (once
+        # what made them unneeded is stored), and when most of the stream is
+        # dead records, the oldest part's jobs are logged again, a batch per message.
+        core = self.server.core
+        gone = core.wal_collect()
+        live, resv, used, cap, nparts = core.wal_status()
+        if compaction_due(self.parts.closed_bytes, used, live, resv, self.parts.size, nparts):
+            if core.wal_migrate(MIGRATE_BATCH):
+                gone += core.wal_collect()
+        self._reclaim.add(gone, core.logged)
+
+    def _reclaimed(self, parts):
+        if not parts:
+            return
+        self.parts.forget(parts)
+        if self.mirror is not None:
+            self.mirror.remove(parts)
+        if self.role in (Role.PRIMARY, Role.SUSPENDED):
+            keep = self.parts.keep_from()
+            if keep > self.parts.purged and self._purging is None:
+                self._purging = self.loop.create_task(self._purge(self.gen, keep))
+
+    async def _purge(self, gen, keep):
+        try:
+            await self.link.purge(keep)
+            if gen == self.gen:
+                self.parts.purged = max(self.parts.purged, keep)
+        except Unavailable as e:
+            event(logging.WARNING, "purge-failed", "replication: purging the stream below %(seq)d: "
+                  "%(error)s", seq=keep, error=str(e))
+        finally:
+            if gen == self.gen:
+                self._purging = None
+
+    # -- health and fastbean-stats -------------------------------------------------------
+
+    def readiness(self):
+        """(serving, why not) for /readyz."""
+        if self.role is Role.PRIMARY:
+            return True, "ready"
+        if self.role is Role.SUSPENDED:
+            return False, "suspended: " + (self._why_not or "")
+        return False, self.role.value
+
+    def stats(self):
+        return (b"replication-role: %s\nreplication-node: %s\nreplication-stream-seq: %d\n"
+                b"replication-part: %d\nreplication-publishes: %d\nreplication-retries: %d\n"
+                b"replication-takeovers: %d\nreplication-resyncs: %d\nreplication-stalled: %d\n"
+                b"replication-suspensions: %d\n"
+                % (self.role.value.encode(), self.name.encode(), self.applied, self.parts.current,
+                   self.publisher.published, self.publisher.retries, self.takeovers, self.resyncs,
+                   self.publisher.stalled, self.suspensions))

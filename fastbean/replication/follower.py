@@ -1,0 +1,62 @@
+"""A standby's side of the stream: its messages, in order, handed to
+apply(seq, part, data) as the stream grows (an ordered push consumer).
+
+A message that does not follow the last one applied (the stream was
+purged past where this node had got to) sets `gap`: the node then rebuilds
+its queue from what the stream still holds. A consumer that makes no
+progress for STUCK seconds while the stream is ahead is made again.
+"""
+import logging
+import time
+
+from fastbean.logs import event
+
+STUCK = 3.0
+
+
+class Follower:
+    def __init__(self, link, apply):
+        self.link = link
+        self.apply = apply
+        self.applied = 0            # stream sequence of the last message applied
+        self.gap = False
+        self.progress = time.monotonic()
+        self._sub = None
+        self._gen = 0
+
+    @property
+    def following(self):
+        return self._sub is not None
+
+    async def start(self, applied):
+        """Follow from the message after `applied`."""
+        await self.stop()
+        self.applied = applied
+        self.gap = False
+        self.progress = time.monotonic()
+        gen = self._gen
+        sub = await self.link.follow(applied, lambda seq, part, data: self._on_message(gen, seq, part, data))
+        if gen == self._gen:
+            self._sub = sub
+        else:
+            await self.link.unfollow(sub)
+
+    async def stop(self):
+        self._gen += 1
+        sub, self._sub = self._sub, None
+        await self.link.unfollow(sub)
+
+    def stuck(self):
+        return time.monotonic() - self.progress > STUCK
+
+    async def _on_message(self, gen, seq, part, data):
+        if gen != self._gen or self.gap or seq <= self.applied:
+            return                  # delivered again after a consumer reset
+        if self.applied and seq != self.applied + 1:
+            event(logging.WARNING, "stream-gap", "replication: message %(seq)d follows %(applied)d: "
+                  "the stream was purged past this node", seq=seq, applied=self.applied)
+            self.gap = True
+            return
+        self.apply(seq, part, data)
+        self.applied = seq
+        self.progress = time.monotonic()

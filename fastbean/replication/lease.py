@@ -1,0 +1,96 @@
+"""The lease: which node may be the primary, and until when.
+
+The lease is a key in a JetStream key-value bucket whose messages expire
+after the TTL. The primary writes it again every RENEW_EVERY seconds, each
+write conditional on the revision it wrote last; a standby writes it only
+where it finds no key (conditional too, so one standby wins).
+
+Serving within the lease: a write sent at t is stored at or after t, so
+the key it makes cannot expire before t + TTL, and no standby can take the
+lease before then. The primary counts itself the primary until t + TTL -
+MARGIN (valid_until) for the last write it sent that was confirmed, and
+answers no client past that (the engine checks it before every command:
+Core.set_lease). The margin covers the NATS servers' clocks, which expire
+the key, against this node's. So a primary cut off from NATS, or paused,
+stops answering before another node can start.
+
+A write whose answer was lost may still have been stored: a conditional
+write that then fails looks at the key before giving up. If the key holds
+this node's own value, the lease was never lost.
+"""
+import time
+
+from fastbean.replication.link import Conflict
+
+RENEWED = "renewed"         # the primary's write went in
+RETAKEN = "retaken"         # the key had lapsed and this node created it again: fence first
+AGAIN = "again"             # a lost answer's write had gone in: write again, at once
+LOST = "lost"               # another node (or writer) holds the key
+
+
+class Lease:
+    def __init__(self, link, ttl, value):
+        self.link = link
+        self.value = value          # "<node> <random>": unique to this process
+        self.revision = 0
+        self.valid_until = 0.0      # time.monotonic() until which this node may serve
+        self.set_ttl(ttl)
+
+    def set_ttl(self, ttl):
+        self.ttl = ttl
+        self.margin = min(1.0, ttl / 4)
+        self.renew_every = min(1.0, ttl / 8)
+
+    @property
+    def held(self):
+        return time.monotonic() < self.valid_until
+
+    def forget(self):
+        self.revision = 0
+        self.valid_until = 0.0
+
+    async def holder(self):
+        """None when no node holds the lease, True when this node's value is
+        there (its revision noted), False when another's is."""
+        revision, value = await self.link.lease_read()
+        if value is None:
+            return None
+        if value == self.value:
+            self.revision = revision
+            return True
+        return False
+
+    async def take(self):
+        """Create the lease where there is none: True when this node got it."""
+        sent = time.monotonic()
+        revision, value = await self.link.lease_read()
+        if value is not None:
+            return False
+        try:
+            self.revision = await self.link.lease_write(self.value, revision)
+        except Conflict:
+            return False
+        self.valid_until = sent + self.ttl - self.margin
+        return True
+
+    async def renew(self):
+        """Write the lease again; RENEWED, RETAKEN, AGAIN or LOST. Raises
+        Unavailable when NATS does not answer."""
+        sent = time.monotonic()
+        try:
+            self.revision = await self.link.lease_write(self.value, self.revision)
+        except Conflict:
+            mine = await self.holder()
+            if mine:
+                return AGAIN
+            if mine is None and await self.take():
+                return RETAKEN
+            self.valid_until = 0.0
+            return LOST
+        self.valid_until = sent + self.ttl - self.margin
+        return RENEWED
+
+    async def release(self):
+        """A clean shutdown: the standbys need not wait for the key to expire."""
+        await self.link.lease_write(b"", self.revision, delete=True)
+        self.forget()

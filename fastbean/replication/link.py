@@ -1,0 +1,274 @@
+"""The link to NATS: the only module that imports nats (nats-py, the `ha`
+extra). It connects, sets up the stream and the lease bucket, publishes
+with a fence, follows the stream, purges it, and reads and writes the
+lease key; every failure comes out as one of three exceptions:
+
+- Deposed: another writer appended to the stream (the fence held);
+- Conflict: the lease key is not at the revision this node expected;
+- Unavailable: no answer, no quorum, no connection: try again later.
+"""
+import asyncio
+import logging
+import time
+
+import nats
+from nats.errors import Error as NatsError
+from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType, StreamConfig
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+
+from fastbean.config import STREAM_REPLICAS
+from fastbean.errors import ReplicationError
+from fastbean.logs import event
+
+WRONG_LAST_SEQUENCE = 10071  # JetStream: Nats-Expected-Last-(Subject-)Sequence did not hold
+NOT_CLUSTERED = 10074        # JetStream: replicas > 1 not supported in non-clustered mode
+PING_INTERVAL = 1            # seconds between the client's pings: a paused server is left
+MAX_OUTSTANDING_PINGS = 3    # after about this many of them
+RECONNECT_WAIT = 0.25
+CONNECT_TIMEOUT = 2
+REQUEST_TIMEOUT = 1.0        # a JetStream request's answer; a publish is then retried
+DEDUPE_WINDOW = 120.0        # seconds JetStream remembers message ids
+LOG_AGAIN = 60.0             # a failure that repeats is logged again after this long
+KV_OPERATION = "KV-Operation"
+PART_HEADER = "Fb-Part"      # the part (binlog file) a message's records belong to
+
+
+class Deposed(Exception):
+    """Another writer appended to the stream: this node's queue is not the stream's."""
+
+
+class Conflict(Exception):
+    """The lease key was not at the expected revision."""
+
+
+class Unavailable(Exception):
+    """NATS did not answer, or has no quorum: try again."""
+
+
+def why(e):
+    return str(e) or type(e).__name__
+
+
+class Quiet:
+    """Logs a failure that repeats once, then at most once a LOG_AGAIN, with how
+    often it happened meanwhile; and says when it stops."""
+
+    def __init__(self, name, text):
+        self.name, self.text = name, text
+        self.count = 0
+        self._logged = 0.0
+
+    def failed(self, level=logging.WARNING, **fields):
+        self.count += 1
+        now = time.monotonic()
+        if self.count == 1 or now - self._logged >= LOG_AGAIN:
+            self._logged = now
+            event(level, self.name, self.text + (" (%(times)d times so far)" if self.count > 1 else ""),
+                  times=self.count, **fields)
+
+    def ok(self):
+        self.count = 0
+
+
+def _unavailable(e):
+    # A JetStream answer that a later try can change.
+    if isinstance(e, APIError) and e.err_code == WRONG_LAST_SEQUENCE:
+        return False
+    return isinstance(e, (NatsError, APIError, asyncio.TimeoutError, OSError))
+
+
+class Link:
+    def __init__(self, urls, name, stream, lease_ttl, callbacks=None):
+        self.urls = list(urls)
+        self.name = name
+        self.stream = stream
+        self.subject = stream + ".records"
+        self.bucket = stream + "-lease"
+        self.lease_stream = "KV_" + self.bucket
+        self.lease_subject = "$KV.%s.primary" % self.bucket
+        self.lease_ttl = lease_ttl
+        self.nc = None
+        self.js = None
+        self.max_payload = 1 << 20
+        self._unreachable = Quiet("nats-unreachable", "replication: cannot reach NATS at "
+                                  "%(servers)s: %(error)s; retrying")
+        self._not_ready = Quiet("jetstream-not-ready", "replication: JetStream at %(servers)s is not "
+                                "ready (%(error)s); retrying")
+
+    @property
+    def servers(self):
+        return ",".join(self.urls)
+
+    # -- connecting --------------------------------------------------------------
+
+    async def connect(self):
+        """Connect (trying until NATS answers), then make sure the stream and the
+        lease bucket exist. Returns the lease TTL the bucket has."""
+        async def on_error(e):
+            event(logging.INFO, "nats-error", "replication: NATS: %(error)s", error=why(e))
+
+        async def on_disconnect():
+            event(logging.WARNING, "nats-disconnected", "replication: disconnected from NATS; "
+                  "reconnecting to %(servers)s", servers=self.servers)
+
+        async def on_reconnect():
+            event(logging.WARNING, "nats-reconnected", "replication: connected to NATS at %(server)s",
+                  server=self.nc.connected_url.netloc)
+
+        while True:
+            try:
+                self.nc = await nats.connect(
+                    servers=self.urls, name="fastbean " + self.name, connect_timeout=CONNECT_TIMEOUT,
+                    reconnect_time_wait=RECONNECT_WAIT, max_reconnect_attempts=-1,
+                    ping_interval=PING_INTERVAL, max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+                    error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect)
+                break
+            except (NatsError, OSError, asyncio.TimeoutError) as e:
+                self._unreachable.failed(servers=self.servers, error=why(e))
+                await asyncio.sleep(1.0)
+        self._unreachable.ok()
+        event(logging.INFO, "nats-connected", "replication: connected to NATS at %(server)s",
+              server=self.nc.connected_url.netloc)
+        self.max_payload = self.nc.max_payload
+        self.js = self.nc.jetstream(timeout=REQUEST_TIMEOUT)
+        while True:
+            try:
+                return await self._setup()
+            except ReplicationError:
+                raise
+            except Exception as e:
+                if not _unavailable(e):
+                    raise
+                self._not_ready.failed(servers=self.servers, error=why(e))
+                await asyncio.sleep(1.0)
+
+    async def _setup(self):
+        try:
+            await self.js.stream_info(self.stream)
+        except NotFoundError:
+            try:
+                await self.js.add_stream(StreamConfig(
+                    name=self.stream, subjects=[self.subject], storage=StorageType.FILE,
+                    num_replicas=STREAM_REPLICAS, duplicate_window=DEDUPE_WINDOW))
+            except APIError as e:
+                if e.err_code == NOT_CLUSTERED:
+                    raise ReplicationError(
+                        "NATS at %s is a single server: --replicate needs a JetStream cluster of "
+                        "at least %d servers to keep %d copies of the stream"
+                        % (self.servers, STREAM_REPLICAS, STREAM_REPLICAS)) from None
+                raise
+        try:
+            kv = await self.js.key_value(self.bucket)
+        except BucketNotFoundError:
+            kv = await self.js.create_key_value(KeyValueConfig(
+                bucket=self.bucket, ttl=self.lease_ttl, history=1, replicas=STREAM_REPLICAS,
+                storage=StorageType.FILE))
+        self._not_ready.ok()
+        return (await kv.status()).ttl
+
+    async def close(self):
+        if self.nc is not None:
+            try:
+                await asyncio.wait_for(self.nc.close(), 2.0)
+            except Exception:
+                pass
+
+    # -- the stream ----------------------------------------------------------------
+
+    async def publish(self, data, headers):
+        """Store one message; its stream sequence. Raises Deposed or Unavailable."""
+        try:
+            ack = await self.js.publish(self.subject, data, timeout=REQUEST_TIMEOUT,
+                                        stream=self.stream, headers=headers)
+        except Exception as e:
+            if isinstance(e, APIError) and e.err_code == WRONG_LAST_SEQUENCE:
+                raise Deposed() from None
+            if _unavailable(e):
+                raise Unavailable(why(e)) from None
+            raise
+        return ack.seq
+
+    async def last_seq(self):
+        """(first, last) sequence of the stream's messages, and how many there are."""
+        try:
+            state = (await self.js.stream_info(self.stream)).state
+        except Exception as e:
+            if _unavailable(e):
+                raise Unavailable(why(e)) from None
+            raise
+        return state.first_seq, state.last_seq, state.messages
+
+    async def follow(self, after, callback):
+        """Deliver the stream's messages from after + 1 on, in order, to
+        callback(seq, part, data); the subscription, or None if JetStream
+        does not take it now."""
+        async def on_message(msg):
+            await callback(msg.metadata.sequence.stream, int((msg.headers or {}).get(PART_HEADER, 0)),
+                           msg.data)
+        if after:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
+        else:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+        try:
+            return await self.js.subscribe(self.subject, stream=self.stream, cb=on_message,
+                                           ordered_consumer=True, idle_heartbeat=1.0, config=config)
+        except Exception as e:
+            if _unavailable(e):
+                event(logging.INFO, "follow-failed", "replication: cannot follow the stream yet: "
+                      "%(error)s", error=why(e))
+                return None
+            raise
+
+    @staticmethod
+    async def unfollow(sub):
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    async def purge(self, below):
+        """Drop the stream's messages below sequence `below`."""
+        try:
+            await self.js.purge_stream(self.stream, seq=below)
+        except Exception as e:
+            if _unavailable(e):
+                raise Unavailable(why(e)) from None
+            raise
+
+    # -- the lease key ----------------------------------------------------------------
+
+    async def lease_read(self):
+        """(revision, value) of the lease key's last message: value None when
+        the key is deleted, revision 0 when it has no message (it never had
+        one, or it expired). Read through the bucket's leader, not a replica
+        that may lag."""
+        try:
+            msg = await self.js.get_last_msg(self.lease_stream, self.lease_subject, direct=False)
+        except NotFoundError:
+            return 0, None
+        except Exception as e:
+            if _unavailable(e):
+                raise Unavailable(why(e)) from None
+            raise
+        if msg.headers and msg.headers.get(KV_OPERATION) in ("DEL", "PURGE"):
+            return msg.seq, None
+        return msg.seq, msg.data
+
+    async def lease_write(self, value, last, delete=False):
+        """Write the lease (or delete it) if the key's last message is revision
+        `last` (0: it never had one); the new revision. Raises Conflict or
+        Unavailable."""
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(last)}
+        if delete:
+            headers[KV_OPERATION] = "DEL"
+        try:
+            ack = await self.js.publish(self.lease_subject, value, timeout=REQUEST_TIMEOUT,
+                                        stream=self.lease_stream, headers=headers)
+        except Exception as e:
+            if isinstance(e, APIError) and e.err_code == WRONG_LAST_SEQUENCE:
+                raise Conflict() from None
+            if _unavailable(e):
+                raise Unavailable(why(e)) from None
+            raise
+        return ack.seq
