@@ -201,6 +201,11 @@ cdef class Core:
         cdef int64_t now = mono_ns()
         cdef Py_ssize_t done
         enter(self)
+        if lease_lost(self):
+            # a reserve timing out or a job coming due could reveal a stale
+            # queue too; set_lease() arms the timer again
+            self.armed_at = INT64_MAX
+            return None
         done = queue_tick(self, now, budget)
         flush_dirty(self)
         mem_trim(self)
@@ -284,6 +289,7 @@ cdef class Core:
         enter(self)
         self.lease_end = INT64_MAX if end is None else <int64_t>(end * 1e9)
         self.lease_told = False
+        rearm(self)
 
     def take_wal(self):
         """What to write next: ([(file number, records as a bytearray), ...],

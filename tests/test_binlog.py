@@ -370,8 +370,10 @@ def test_torn_tail_real_restarts(tmp_path):
 
 
 def test_compaction_keeps_the_file_count_bounded(tmp_path):
+    # A file goes once the records that made it unneeded are on disk: with
+    # -f 0 that is by the time the replies arrive (with -f MS, within MS).
     d = tmp_path / "binlog"
-    s = fastbean(tmp_path, "-s", "65536")
+    s = fastbean(tmp_path, "-s", "65536", "-f", "0")
     n, batch = 1_000_000, 2000
     with Client(s.port) as c:
         c.put(b"a long-lived job that pins the oldest file")   # id 1, never deleted
@@ -390,8 +392,8 @@ def test_compaction_keeps_the_file_count_bounded(tmp_path):
         assert st["binlog-records-migrated"] >= 1     # the long-lived job moved forward
         assert c.peek(1) == b"a long-lived job that pins the oldest file"
     files = [x for x in os.listdir(d) if x.startswith("binlog.")]
-    assert most <= 6, most
-    assert len(files) <= 4
+    assert most <= 8, most
+    assert len(files) <= 5
     s.stop()
     s = fastbean(tmp_path, "-s", "65536")
     with Client(s.port) as c:

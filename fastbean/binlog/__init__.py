@@ -221,6 +221,7 @@ class Binlog:
         self._offer_spare(resv)
         if nfiles > 1:                  # with one file there is nothing to reclaim
             self._maintain()
+        self._reclaim.durable(self._durability.synced_seq)
 
     # -- files ------------------------------------------------------------------
 
@@ -347,7 +348,9 @@ class Binlog:
 
     def _durable(self, seq):
         self.core.set_durable(seq)
-        self._reclaim.durable(seq)
+        # Files go once what made them unneeded is on disk, whatever -f lets
+        # the replies do: a power loss must not take both.
+        self._reclaim.durable(self._durability.synced_seq)
 
     def _sync_failed(self, err):
         f = self.cur

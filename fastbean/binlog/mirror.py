@@ -44,6 +44,11 @@ class Mirror:
     def failing(self):
         return self.failed is not None
 
+    @property
+    def synced(self):
+        """The primary's records known to be on this disk (for reclaiming)."""
+        return 0 if self._durability is None else self._durability.synced_seq
+
     def open(self):
         """Lock the directory and take it over as this stream's mirror."""
         self.dir.lock()

@@ -467,7 +467,8 @@ class Replicator:
         seq = self.remote_seq if self.mirror is None else min(self.remote_seq, self.local_seq)
         if seq and self.role in (Role.PRIMARY, Role.SUSPENDED):
             self.server.core.set_durable(seq)
-            self._reclaim.durable(seq)
+            # parts go once what made them unneeded is stored (and synced here)
+            self._reclaim.durable(seq if self.mirror is None else min(seq, self.mirror.synced))
 
     def _maintain(self):
         # As the binlog does with files: the parts no live job needs go (once
