@@ -142,13 +142,15 @@ class Workload:
     with .port such as a HAProxy or a Node, or a callable returning one, such
     as lambda: find_primary(nodes)), reconnecting after `backoff` s on any
     connection error. pipeline: puts a producer sends before reading replies.
+    Readers peek through read_target (default: target), e.g. straight to one node.
 
     start(), stop(), mark(what) (a fault's time, for the report), counts(),
     audit(target, exempt=...) -> Audit."""
 
     def __init__(self, target, producers=4, deleters=2, readers=0, pipeline=1, body_size=(8, 120),
-                 backoff=0.05, timeout=30.0, seed=None, tube=None):
+                 backoff=0.05, timeout=30.0, seed=None, tube=None, read_target=None):
         self.target, self.pipeline, self.body_size = target, pipeline, body_size
+        self.read_target = target if read_target is None else read_target
         self.backoff, self.timeout, self.tube = backoff, timeout, tube
         self.nthreads = (producers, deleters, readers)
         self.rng = random.Random(seed)
@@ -222,6 +224,29 @@ class Workload:
                     timeout, len(self.acked) - p0, len(self.deleted) - d0, self.errors[-5:]))
             time.sleep(0.02)
 
+    def accepting(self, target=None, timeout=60.0):
+        """Put on a new connection (through target, default the workload's)
+        until a put is acknowledged; the time it was. The put is audited as the
+        clients' are."""
+        deadline = time.monotonic() + timeout
+        while True:
+            body = b"accepting-" + os.urandom(8).hex().encode()
+            try:
+                with connect(self.target if target is None else target, 10) as c:
+                    with self.lock:
+                        self.unsure[body] = time.monotonic()
+                    reply = c.put(body)
+                    t = time.monotonic()
+                    with self.lock:
+                        del self.unsure[body]
+                        if reply.startswith(b"INSERTED "):
+                            self._ack(int(reply.split()[1]), body, t)
+                            return t
+            except Lost:
+                pass
+            assert time.monotonic() < deadline, "no put accepted in %.0f s" % timeout
+            time.sleep(0.05)
+
     def _guard(self, fn, name, seed):
         try:
             fn(name, random.Random(seed))
@@ -230,7 +255,7 @@ class Workload:
                 self.errors.append((time.monotonic(), name, "thread crashed", repr(e)))
             raise
 
-    def _connect(self, retry_for=0.0):
+    def _connect(self, retry_for=0.0, target=None):
         """A connection through the target, retrying until the run stops (then
         `retry_for` s more); None once it gives up."""
         give_up = None
@@ -240,7 +265,7 @@ class Workload:
                 if time.monotonic() >= give_up:
                     return None
             try:
-                c = connect(self.target, self.timeout)
+                c = connect(self.target if target is None else target, self.timeout)
                 if self.tube:
                     reply = c.cmd(b"use %s" % self.tube.encode())
                     if not reply.startswith(b"USING"):
@@ -371,7 +396,7 @@ class Workload:
                 time.sleep(0.01)
                 continue
             if c is None:
-                c = self._connect()
+                c = self._connect(target=self.read_target)
                 if c is None:
                     return
             sent = time.monotonic()
