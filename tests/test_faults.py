@@ -42,10 +42,11 @@ def watchdog():
 # -- the disk -----------------------------------------------------------------------
 
 
-def disk_load(tmp_path, watchdog, policy, fault, faults=max(3, ROUNDS)):
+def disk_load(tmp_path, watchdog, policy, fault, faults=max(5, ROUNDS), gap=1.5):
     """A lone server with -b and -f `policy` on a failing disk: `faults` faults
-    under load, kill -9, a restart without the shim, the audit. The faults as
-    (time injected, time a new connection's put was acknowledged again)."""
+    under load, `gap` s apart at least, kill -9, a restart without the shim.
+    The faults as (time injected, time a new connection's put was acknowledged
+    again)."""
     binlog = tmp_path / "binlog"
     binlog.mkdir()
     disk = DiskFaults(tmp_path, binlog)
@@ -55,6 +56,7 @@ def disk_load(tmp_path, watchdog, policy, fault, faults=max(3, ROUNDS)):
     times = []
     try:
         work.wait_for(puts=3000, deletes=500)
+        time.sleep(gap)
         for i in range(faults):
             injected = work.mark("%s %d" % (fault, i))
             getattr(disk, fault)()
@@ -62,6 +64,7 @@ def disk_load(tmp_path, watchdog, policy, fault, faults=max(3, ROUNDS)):
                 "sync" if fault == "fail_sync" else "write")
             times.append((injected, work.accepting()))
             work.wait_for(puts=3000, deletes=500)
+            time.sleep(max(0.0, injected + gap - time.monotonic()))
     finally:
         work.stop()
     watchdog.kill(server)
