@@ -321,7 +321,8 @@ class Workload:
                 c = None            # the bodies still waiting stay unsure
                 self._lost(name, "put (%d replies)" % len(waiting))
                 continue
-        c.close()
+        if c is not None:
+            c.close()
 
     def _ack(self, jid, body, t):
         # under self.lock
