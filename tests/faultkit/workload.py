@@ -297,6 +297,7 @@ class Workload:
                 for b in bodies:
                     self.unsure[b] = now        # settled below when its reply comes
             waiting = list(bodies)
+            refused = False
             try:
                 c.send(b"".join(b"put %d 0 120 %d\r\n%s\r\n" % (rng.randrange(1 << 16), len(b), b)
                                 for b in bodies))
@@ -316,11 +317,14 @@ class Workload:
                             self._ack(jid, b, t)
                         else:
                             self.errors.append((t, name, "put", reply))
+                            refused = True
             except Lost:
                 c.close()
                 c = None            # the bodies still waiting stay unsure
                 self._lost(name, "put (%d replies)" % len(waiting))
                 continue
+            if refused:
+                time.sleep(self.backoff)    # the server refuses changes for now
         if c is not None:
             c.close()
 
@@ -380,6 +384,8 @@ class Workload:
                         self.errors.append((t, name, "delete %d" % jid, reply))
                         self.pool.append(jid)
                         self.del_sent.pop(jid, None)
+                if reply not in (b"DELETED", b"NOT_FOUND"):
+                    time.sleep(self.backoff)
                 break
         if c is not None:
             c.close()
@@ -422,6 +428,15 @@ class Workload:
             c.close()
 
     # -- results ----------------------------------------------------------------
+
+    def error_kinds(self):
+        """{(command, reply): how many}"""
+        out = {}
+        with self.lock:
+            for _, _, what, reply in self.errors:
+                key = (what.split()[0], reply)
+                out[key] = out.get(key, 0) + 1
+        return out
 
     def counts(self):
         with self.lock:
