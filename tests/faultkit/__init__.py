@@ -9,14 +9,14 @@ the exact audit of what clients were told against what a server holds.
   environment; exits the test did not cause, restarts as systemd would, crashes.
 - Workload, Audit, Conn (workload.py): audited clients that reconnect, and the
   audit of a server's final state against every reply they got.
-- NatsClient, LeaseThief (natsctl.py): the test's own NATS client; a foreign
-  writer of the lease key.
+- NatsClient, Lease, LeaseThief (natsctl.py): the test's own NATS client; who
+  holds the lease as the cluster sees it; a foreign writer of the lease key.
 """
 from tests.faultkit.disk import DiskFaults, build_shim
-from tests.faultkit.natsctl import LeaseThief, NatsClient
+from tests.faultkit.natsctl import Lease, LeaseThief, NatsClient
 from tests.faultkit.procs import FastbeanProcess, Watchdog
 from tests.faultkit.proxy import NatsProxy
 from tests.faultkit.workload import Audit, Conn, Lost, Workload, connect
 
-__all__ = ["Audit", "Conn", "DiskFaults", "FastbeanProcess", "LeaseThief", "Lost", "NatsClient", "NatsProxy",
+__all__ = ["Audit", "Conn", "DiskFaults", "FastbeanProcess", "Lease", "LeaseThief", "Lost", "NatsClient", "NatsProxy",
            "Watchdog", "Workload", "build_shim", "connect"]

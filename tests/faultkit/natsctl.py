@@ -55,30 +55,51 @@ class NatsClient:
         return self.call(ask)
 
 
-class LeaseThief(NatsClient):
-    """Overwrites the lease key of `stream`'s bucket (<stream>-lease) as a
-    foreign writer would: kv.put, with no revision check."""
+class Lease(NatsClient):
+    """The lease key of `stream`'s bucket (<stream>-lease), read as the cluster
+    sees it: holder() is its value, holder_name() the node name in it."""
 
-    def __init__(self, urls, stream="fastbean", value=b"thief"):
+    def __init__(self, urls, stream="fastbean"):
         super().__init__(urls)
-        self.bucket, self.value = stream + "-lease", value
-        self.thefts = 0
-        self.kv = self.call(self.js.key_value, self.bucket)
+        self.bucket = stream + "-lease"
+        self.kv = None              # bound once the nodes have made the bucket
 
-    def holder(self):
+    async def _kv(self, timeout):
+        if self.kv is None:
+            self.kv = await asyncio.wait_for(self.js.key_value(self.bucket), timeout)
+        return self.kv
+
+    def holder(self, timeout=5.0):
         """The lease's value, or None when no one holds it (or NATS did not answer)."""
         async def get():
             try:
-                return (await self.kv.get(LEASE_KEY)).value
+                kv = await self._kv(timeout)
+                return (await asyncio.wait_for(kv.get(LEASE_KEY), timeout)).value
             except Exception:
                 return None
-        return self.call(get)
+        return self.call(get, timeout=timeout + 5)
+
+    def holder_name(self):
+        """The name of the node that holds the lease (a node's value is "NAME UUID"), or None."""
+        value = self.holder()
+        return value.split()[0].decode() if value and b" " in value else None
+
+
+class LeaseThief(Lease):
+    """Overwrites the lease key as a foreign writer would: kv.put, with no
+    revision check."""
+
+    def __init__(self, urls, stream="fastbean", value=b"thief"):
+        super().__init__(urls, stream)
+        self.value = value
+        self.thefts = 0
 
     def steal(self):
         """Overwrite the key once; its new revision (None if NATS did not take it)."""
         async def put():
             try:
-                return await asyncio.wait_for(self.kv.put(LEASE_KEY, self.value), 5)
+                kv = await self._kv(5)
+                return await asyncio.wait_for(kv.put(LEASE_KEY, self.value), 5)
             except Exception:
                 return None
         rev = self.call(put)

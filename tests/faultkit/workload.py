@@ -358,13 +358,18 @@ class Workload:
                 time.sleep(0.005)
                 continue
             tries = 0
+            give_up = None
             while True:
                 if c is None:
-                    # once the run stops, a delete in doubt still gets 30 s to settle
-                    c = self._connect(30.0 if tries else 0.0)
-                    if c is None:
+                    # once the run stops, a delete in doubt still gets 10 s to settle
+                    if self._stop.is_set():
+                        give_up = give_up or time.monotonic() + (10.0 if tries else 0.0)
+                    c = self._connect(10.0 if tries else 0.0)
+                    if c is None or (give_up is not None and time.monotonic() > give_up):
                         with self.lock:
                             self.unsure_deletes[jid] = time.monotonic()
+                        if c is not None:
+                            c.close()
                         return
                 try:
                     reply = c.cmd(b"delete %d" % jid)
@@ -451,14 +456,16 @@ class Workload:
         widened `before` s back."""
         return [(t - before, r) for t, r in faults]
 
-    def audit(self, target=None, exempt=(), watchdog=None, attempts=3, timeout=120.0):
+    def audit(self, target=None, exempt=(), watchdog=None, attempts=3, timeout=120.0, others=()):
         """The exact audit through target (default: the workload's): an Audit
-        whose .failures lists every contradiction (assert_ok() raises)."""
-        assert not self.running(), "stop() the workload first"
+        whose .failures lists every contradiction (assert_ok() raises). others:
+        more workloads on the same server, audited together with this one."""
+        works = [self] + list(others)
+        assert not any(w.running() for w in works), "stop() the workloads first"
         last = None
         for _ in range(attempts):
             try:
-                return Audit(self, target or self.target, exempt, watchdog, timeout)
+                return Audit(works, target or self.target, exempt, watchdog, timeout)
             except Lost as e:   # the server went away under the audit: once more
                 last = e
                 time.sleep(1)
@@ -472,19 +479,29 @@ def _within(t, windows):
 class Audit:
     """The final state through target against what the clients were told."""
 
-    def __init__(self, work, target, exempt=(), watchdog=None, timeout=120.0):
+    def __init__(self, works, target, exempt=(), watchdog=None, timeout=120.0):
         t0 = time.monotonic()
         self.failures = []
-        self.notes = []
         exempt = list(exempt)
-        with work.lock:
-            acked = dict(work.acked)
-            deleted, gone, missing = dict(work.deleted), dict(work.gone), dict(work.missing)
-            unsure_del = dict(work.unsure_deletes)
-            unsure = dict(work.unsure)
-            reused, regressions = list(work.reused), list(work.regressions)
-            reads, del_sent = list(work.reads), dict(work.del_sent)
-            max_id = work.max_id
+        acked, deleted, gone, missing, unsure_del, unsure, del_sent = {}, {}, {}, {}, {}, {}, {}
+        reused, regressions, reads = [], [], []
+        max_id = 0
+        for work in works:
+            with work.lock:
+                for jid, ack in work.acked.items():
+                    if jid in acked:        # two workloads were given one id
+                        reused.append((jid, acked[jid][0], acked[jid][1], ack[1]))
+                    acked[jid] = ack
+                deleted.update(work.deleted)
+                gone.update(work.gone)
+                missing.update(work.missing)
+                unsure_del.update(work.unsure_deletes)
+                unsure.update(work.unsure)
+                del_sent.update(work.del_sent)
+                reused += work.reused
+                regressions += work.regressions
+                reads += work.reads
+                max_id = max(max_id, work.max_id)
         fail = self.failures.append
         # the server's state, read with no load running
         deadline = time.monotonic() + timeout
@@ -601,7 +618,11 @@ class Audit:
         if watchdog is not None:
             for crash in watchdog.crashes():
                 fail("crash: " + crash)
-        self.counts = dict(work.counts(), jobs_at_end=len(found), unsure_found=unsure_found,
+        counts = {}
+        for work in works:
+            for k, v in work.counts().items():
+                counts[k] = counts.get(k, 0) + v
+        self.counts = dict(counts, jobs_at_end=len(found), unsure_found=unsure_found,
                            lost=len(lost), undone_deletes=len(back), audit_s=round(time.monotonic() - t0, 2))
         if watchdog is not None:
             self.counts["fail_stop_exits"] = len(watchdog.fail_stops())
