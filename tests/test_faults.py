@@ -229,7 +229,12 @@ def test_one_nats_server_lost_changes_nothing(ha, sig):
             kind = ("connected", "fastbean", "KV_fastbean-lease")[i % 3]
             if kind == "connected":
                 mine = proxies_a if primary is a else proxies_b
-                victim = next(s for s, p in zip(ha.cluster.servers, mine) if p.connections)
+                deadline = time.monotonic() + 10    # the node may be reconnecting
+                while not any(p.connections for p in mine) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                victim = next((s for s, p in zip(ha.cluster.servers, mine) if p.connections), None)
+                if victim is None:
+                    kind, victim = "not connected; the stream's leader", ha.leader("fastbean")
             else:
                 victim = ha.leader(kind)
             victims.append((kind, victim.name))
