@@ -182,9 +182,18 @@ class HA:
         return lambda: self.primary(5.0)
 
     def leader(self, stream):
-        """The NATS server that leads `stream` now."""
+        """The NATS server that leads `stream` now (waiting for an election to end)."""
+        deadline = time.monotonic() + 30
         with NatsClient([s.url for s in self.cluster.servers if s.running]) as nc:
-            return self.cluster.by_name(nc.stream_info(stream)[0])
+            while True:
+                try:
+                    name = nc.stream_info(stream)[0]
+                except Exception:
+                    name = None
+                if name:
+                    return self.cluster.by_name(name)
+                assert time.monotonic() < deadline, "stream %s has no leader after 30 s" % stream
+                time.sleep(0.2)
 
     def close(self):
         if self.lease is not None:
@@ -206,6 +215,7 @@ def takeovers(node):
     return node.ext_stats()["replication-takeovers"]
 
 
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "paused"])
 def test_one_nats_server_lost_changes_nothing(ha, sig):
     # With three NATS servers, losing one, at any moment and for any time, must
@@ -248,7 +258,7 @@ def test_one_nats_server_lost_changes_nothing(ha, sig):
                 time.sleep(hold)
                 os.kill(victim.proc.pid, signal.SIGCONT)
             time.sleep(3)               # the server catches up
-            work.wait_for(puts=200, deletes=50)
+            work.wait_for(puts=200, deletes=50, timeout=20)    # no stall outlasts the fault
     finally:
         for s in ha.cluster.servers:
             if s.running:
