@@ -19,7 +19,11 @@ class NatsServer:
         with open(self.conf, "w") as f:
             f.write('server_name: %s\nlisten: 127.0.0.1:%d\n'
                     'jetstream { store_dir: "%s" }\n'
-                    'cluster { name: fastbean, listen: 127.0.0.1:%d, routes: [%s] }\n'
+                    # no_advertise: clients learn no other server's URL from INFO, so a
+                    # client given proxies' URLs (tests/faultkit.py) reaches NATS only
+                    # through them
+                    'cluster { name: fastbean, listen: 127.0.0.1:%d, no_advertise: true, '
+                    'routes: [%s] }\n'
                     % (name, port, os.path.join(store, name), cluster_port,
                        ", ".join("nats-route://127.0.0.1:%d" % r for r in routes)))
         self.proc = None

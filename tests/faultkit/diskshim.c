@@ -1,0 +1,265 @@
+/* faultkit's disk fault shim (LD_PRELOAD): a disk whose writeback fails.
+ *
+ * Only files under $FAULTKIT_DIR are touched (an fd's path: readlink of
+ * /proc/self/fd/N). For each such file (by device and inode) the shim keeps
+ * the byte ranges written (pwrite, pwrite64, write) since its last
+ * successful fdatasync/fsync, through any descriptor.
+ *
+ * While the file named by $FAULTKIT_SYNC_TRIGGER exists, the next
+ * fdatasync/fsync of such a file fails with EIO and consumes the trigger
+ * (unlinks it; a count N > 1 in it is written back as N - 1). As Linux may
+ * after a failed writeback, the bytes written since the last good sync do not
+ * survive: the shim overwrites them with zeros (a real pwrite through a file
+ * of its own), and forgets them (the pages are clean now).
+ *
+ * While the file named by $FAULTKIT_WRITE_TRIGGER exists, the next pwrite or
+ * write to such a file fails with EIO, writes nothing, and consumes it.
+ *
+ * Each injected fault is a line in $FAULTKIT_LOG. Thread-safe (one mutex;
+ * the server's sync and fill threads are pthreads), no Python, no malloc in
+ * the write path but for the range table's growth. sync_file_range passes
+ * through, and so does everything outside $FAULTKIT_DIR.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
+typedef ssize_t (*write_fn)(int, const void *, size_t);
+typedef int (*sync_fn)(int);
+
+static pwrite_fn real_pwrite, real_pwrite64;
+static write_fn real_write;
+static sync_fn real_fdatasync, real_fsync;
+static const char *dir, *sync_trigger, *write_trigger, *logpath;
+static size_t dirlen;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct range { off_t start, end; uint64_t epoch; };
+struct file {
+    dev_t dev; ino_t ino;
+    uint64_t epoch;             /* bumped by each sync as it starts */
+    struct range *r; size_t n, cap;
+};
+#define MAXFILES 256
+static struct file files[MAXFILES];
+static size_t nfiles;
+
+static void init(void)
+{
+    real_pwrite = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite");
+    real_pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
+    real_write = (write_fn)dlsym(RTLD_NEXT, "write");
+    real_fdatasync = (sync_fn)dlsym(RTLD_NEXT, "fdatasync");
+    real_fsync = (sync_fn)dlsym(RTLD_NEXT, "fsync");
+    dir = getenv("FAULTKIT_DIR");
+    dirlen = dir ? strlen(dir) : 0;
+    sync_trigger = getenv("FAULTKIT_SYNC_TRIGGER");
+    write_trigger = getenv("FAULTKIT_WRITE_TRIGGER");
+    logpath = getenv("FAULTKIT_LOG");
+}
+
+/* The fd's path if it is a file under $FAULTKIT_DIR, else 0. */
+static int watched(int fd, char *path, size_t size)
+{
+    char link[64];
+    pthread_once(&once, init);
+    if (!dirlen)
+        return 0;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, size - 1);
+    if (n <= 0)
+        return 0;
+    path[n] = 0;
+    return (size_t)n > dirlen && strncmp(path, dir, dirlen) == 0 && path[dirlen] == '/';
+}
+
+static struct file *file_of(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    for (size_t i = 0; i < nfiles; i++)
+        if (files[i].dev == st.st_dev && files[i].ino == st.st_ino)
+            return &files[i];
+    if (nfiles == MAXFILES) {       /* forget the oldest: it was reclaimed long ago */
+        free(files[0].r);
+        memmove(files, files + 1, sizeof files[0] * (MAXFILES - 1));
+        nfiles--;
+    }
+    struct file *f = &files[nfiles++];
+    memset(f, 0, sizeof *f);
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    return f;
+}
+
+static void note(struct file *f, off_t start, off_t end)
+{
+    if (!f || end <= start)
+        return;
+    if (f->n && f->r[f->n - 1].epoch == f->epoch && f->r[f->n - 1].end == start) {
+        f->r[f->n - 1].end = end;   /* the usual case: appending */
+        return;
+    }
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 16;
+        struct range *r = realloc(f->r, cap * sizeof *r);
+        if (!r)
+            return;
+        f->r = r;
+        f->cap = cap;
+    }
+    f->r[f->n++] = (struct range){start, end, f->epoch};
+}
+
+static void logline(const char *what, int fd, const char *path, long long bytes, size_t ranges)
+{
+    char line[4608];
+    if (!logpath)
+        return;
+    int n = snprintf(line, sizeof line, "%s pid=%d tid=%ld fd=%d bytes=%lld ranges=%zu path=%s\n",
+                     what, getpid(), (long)syscall(SYS_gettid), fd, bytes, ranges, path);
+    int out = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (out >= 0) {
+        real_write(out, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+        close(out);
+    }
+}
+
+/* Consume a trigger file: 1 if it existed (a fault is due). */
+static int take(const char *trigger)
+{
+    char buf[32];
+    if (!trigger)
+        return 0;
+    int fd = open(trigger, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    long count = n > 0 ? (buf[n] = 0, strtol(buf, NULL, 10)) : 0;
+    if (count > 1) {
+        int len = snprintf(buf, sizeof buf, "%ld\n", count - 1);
+        if (ftruncate(fd, 0) == 0)
+            real_pwrite(fd, buf, (size_t)len, 0);
+        close(fd);
+    } else {
+        close(fd);
+        unlink(trigger);
+    }
+    return 1;
+}
+
+static ssize_t do_write(int fd, const void *buf, size_t n, off_t off, int positional, pwrite_fn fn)
+{
+    char path[4096];
+    if (!watched(fd, path, sizeof path))
+        return positional ? fn(fd, buf, n, off) : real_write(fd, buf, n);
+    pthread_mutex_lock(&mu);
+    if (take(write_trigger)) {
+        logline("write-eio", fd, path, (long long)n, 0);
+        pthread_mutex_unlock(&mu);
+        errno = EIO;
+        return -1;
+    }
+    off_t start = positional ? off : lseek(fd, 0, SEEK_CUR);
+    ssize_t done = positional ? fn(fd, buf, n, off) : real_write(fd, buf, n);
+    int saved = errno;
+    if (done > 0 && start >= 0)
+        note(file_of(fd), start, start + done);
+    pthread_mutex_unlock(&mu);
+    errno = saved;
+    return done;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    pthread_once(&once, init);
+    return do_write(fd, buf, n, off, 1, real_pwrite);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+    pthread_once(&once, init);
+    return do_write(fd, buf, n, off, 1, real_pwrite64);
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    pthread_once(&once, init);
+    return do_write(fd, buf, n, 0, 0, NULL);
+}
+
+static int do_sync(int fd, sync_fn fn)
+{
+    char path[4096];
+    static const char zeros[65536];
+    if (!watched(fd, path, sizeof path))
+        return fn(fd);
+    pthread_mutex_lock(&mu);
+    struct file *f = file_of(fd);
+    if (f && take(sync_trigger)) {
+        long long bytes = 0;
+        size_t ranges = f->n;
+        int out = open(path, O_WRONLY | O_CLOEXEC);
+        for (size_t i = 0; i < f->n; i++) {
+            for (off_t pos = f->r[i].start; pos < f->r[i].end;) {
+                size_t len = f->r[i].end - pos < (off_t)sizeof zeros ? (size_t)(f->r[i].end - pos)
+                                                                     : sizeof zeros;
+                ssize_t w = out >= 0 ? real_pwrite(out, zeros, len, pos) : -1;
+                if (w <= 0)
+                    break;
+                pos += w;
+                bytes += w;
+            }
+        }
+        if (out >= 0)
+            close(out);
+        f->n = 0;
+        logline("sync-eio", fd, path, bytes, ranges);
+        pthread_mutex_unlock(&mu);
+        errno = EIO;
+        return -1;
+    }
+    uint64_t started = f ? ++f->epoch : 0;     /* writes from now on are not covered */
+    pthread_mutex_unlock(&mu);
+    int rc = fn(fd);
+    int saved = errno;
+    if (rc == 0 && started) {
+        pthread_mutex_lock(&mu);
+        f = file_of(fd);        /* the table may have moved meanwhile */
+        if (f) {
+            size_t k = 0;
+            for (size_t i = 0; i < f->n; i++)
+                if (f->r[i].epoch >= started)
+                    f->r[k++] = f->r[i];
+            f->n = k;
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    errno = saved;
+    return rc;
+}
+
+int fdatasync(int fd)
+{
+    pthread_once(&once, init);
+    return do_sync(fd, real_fdatasync);
+}
+
+int fsync(int fd)
+{
+    pthread_once(&once, init);
+    return do_sync(fd, real_fsync);
+}
