@@ -3,6 +3,8 @@ from typing import Callable, Dict, List, Optional, Tuple, Union, final
 
 FILE_HEADER: bytes
 FILE_FIRST_RECORD: int
+
+def id_marker(max_id: int) -> bytes: ...
 DEBUG: bool
 
 def tune_malloc() -> None: ...

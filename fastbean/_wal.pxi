@@ -66,6 +66,16 @@ cdef void rec_fill_marker(Jobrec *r, uint64_t max_id, int64_t wall) noexcept:
     r.pad2[2] = WAL_SIG2
 
 
+def id_marker(uint64_t max_id):
+    """The record that keeps ids going on after max_id when no job's record
+    says so (the marker a new file starts with), for a file cut back."""
+    cdef char buf[WAL_SHORT]
+    cdef int32_t namelen = 0
+    memcpy(buf, &namelen, 4)
+    rec_fill_marker(<Jobrec *>(buf + 4), max_id, wall_ns())
+    return PyBytes_FromStringAndSize(buf, WAL_SHORT)
+
+
 cdef inline bint rec_signed(Jobrec *r) noexcept:
     return r.pad2[0] == WAL_SIG0 and r.pad2[1] == WAL_SIG1 and r.pad2[2] == WAL_SIG2
 

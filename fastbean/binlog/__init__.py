@@ -26,7 +26,7 @@ import logging
 import os
 import time
 
-from fastbean._core import FILE_FIRST_RECORD, FILE_HEADER
+from fastbean._core import FILE_FIRST_RECORD, FILE_HEADER, id_marker
 from fastbean._sync import ZeroFill
 from fastbean.binlog.durability import Durability
 from fastbean.binlog.files import Directory, blocks
@@ -57,7 +57,8 @@ class Binlog:
         self.core = None
         self.cur = None             # the File being written
         self.sizes = {}             # seq -> bytes on disk, older files only
-        self.closed_bytes = 0       # bytes on disk in the older files
+        self.closed_bytes = 0       # bytes of the older files the engine still needs
+        self.leaving_bytes = 0      # bytes of those it no longer needs, still on disk (Reclaim)
         self._ready = {}            # seq -> File made, not yet current (the spare and later ones)
         self._spare = 0             # the number of the file the engine has as its spare; 0 if none
         self._fill_spare = 0        # the number of the file the zero-filler fills next; 0 if none
@@ -115,7 +116,9 @@ class Binlog:
         self._abandon()
         seq, end = self._durability.good
         try:
-            removed = self.dir.cut_back(seq, end)
+            # ids go on after every id handed out, even one whose record the
+            # cut takes back (-f MS): no id is acknowledged twice
+            removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id))
         except OSError as e:
             raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
                               % (seq, end, e.strerror)) from None
@@ -182,7 +185,7 @@ class Binlog:
         # older files can go.
         self._write_segments(*core.take_wal())
         self._offer_spare(core.wal_status()[1])
-        self._reclaim.add(core.wal_collect(), core.logged)
+        self._reclaim.add(self._collect(), core.logged)
 
     # -- the Sink the engine's hooks reach (they never call into it) ---------------
 
@@ -388,16 +391,26 @@ class Binlog:
         # Reclaim files no live job needs; when most of the disk is dead
         # records, re-log the oldest file's jobs forward, a batch per turn.
         core = self.core
-        gone = core.wal_collect()
+        gone = self._collect()
         live, resv, used, cap, nfiles = core.wal_status()
         if compaction_due(self.closed_bytes, used, live, resv, self.max_size, nfiles):
             if core.wal_migrate(MIGRATE_BATCH):
-                gone += core.wal_collect()
+                gone += self._collect()
         self._reclaim.add(gone, core.logged)
+
+    def _collect(self):
+        # Files the engine no longer needs: they stop counting for compaction
+        # at once, and leave the disk when Reclaim says.
+        gone = self.core.wal_collect()
+        for seq in gone:
+            size = self.sizes.get(seq, 0)
+            self.closed_bytes -= size
+            self.leaving_bytes += size
+        return gone
 
     def _remove(self, seqs):
         for seq in seqs:
-            self.closed_bytes -= self.sizes.pop(seq, 0)
+            self.leaving_bytes -= self.sizes.pop(seq, 0)
         self.dir.remove(seqs)
 
     # -- shutdown ---------------------------------------------------------------
@@ -452,7 +465,8 @@ class Binlog:
         """Bytes the files take: the older ones as written, the current one and
         the ones made ahead of use (the spare) as allocated."""
         current = self.core.wal_status()[3] if self.cur is not None else 0
-        return self.closed_bytes + current + sum(f.cap for f in self._ready.values())
+        return (self.closed_bytes + self.leaving_bytes + current
+                + sum(f.cap for f in self._ready.values()))
 
     def histograms(self):
         """The sync threads' fsync-latency and group-commit histograms, or None

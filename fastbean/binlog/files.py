@@ -116,11 +116,11 @@ class Directory:
         for seq in self.existing():
             os.unlink(self.file_path(seq))
 
-    def cut_back(self, seq: int, end: int) -> list:
+    def cut_back(self, seq: int, end: int, tail: bytes = b"") -> list:
         """After a failed write or fsync: binlog.<seq> ends at `end` (what is
-        known durable) and every later file goes; the file and the directory
-        are synced. Returns the files removed. Raises OSError when the disk
-        will not take even that."""
+        known durable), then `tail`, and every later file goes; the file and
+        the directory are synced. Returns the files removed. Raises OSError
+        when the disk will not take even that."""
         path = self.file_path(seq)
         later = [s for s in self.existing() if s > seq]
         if os.path.exists(path):
@@ -130,6 +130,8 @@ class Directory:
                 fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
                 try:
                     os.ftruncate(fd, end)
+                    if tail:
+                        os.pwrite(fd, tail, end)
                     os.fsync(fd)
                 finally:
                     os.close(fd)

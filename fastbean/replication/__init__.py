@@ -232,7 +232,9 @@ class Replicator:
                   bytes=len(data) + len(FILE_HEADER) - end, records=count)
         self.parts.add(part, seq, len(data))
         self.applied = seq
-        self._reclaimed(core.wal_collect())     # applied records are in the stream already
+        gone = core.wal_collect()
+        self.parts.unneeded(gone)
+        self._reclaimed(gone)                   # applied records are in the stream already
 
     def _mirror_part(self, part, cap):
         if self.mirror is not None:
@@ -476,10 +478,13 @@ class Replicator:
         # dead records, the oldest part's jobs are logged again, a batch per message.
         core = self.server.core
         gone = core.wal_collect()
+        self.parts.unneeded(gone)
         live, resv, used, cap, nparts = core.wal_status()
         if compaction_due(self.parts.closed_bytes, used, live, resv, self.parts.size, nparts):
-            if core.wal_migrate(MIGRATE_BATCH):
-                gone += core.wal_collect()
+            more = core.wal_migrate(MIGRATE_BATCH) and core.wal_collect()
+            if more:
+                self.parts.unneeded(more)
+                gone += more
         self._reclaim.add(gone, core.logged)
 
     def _reclaimed(self, parts):

@@ -36,10 +36,14 @@ class Parts:
         if part != self.current:        # queued before the part it belongs to ended
             self.closed_bytes += size
 
-    def forget(self, parts):
-        """Parts no live job needs."""
+    def unneeded(self, parts):
+        """Parts no live job needs: they stop counting for compaction."""
         for part in parts:
             self.closed_bytes -= self.bytes.pop(part, 0)
+
+    def forget(self, parts):
+        """Parts whose successors are stored: the stream may be purged past them."""
+        for part in parts:
             self.first.pop(part, None)
 
     def keep_from(self):
