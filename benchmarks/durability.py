@@ -1,6 +1,15 @@
 """How close -f 0 comes to the limit that the disk and the round trip set.
 
     python -m benchmarks.durability [--reps 3] [--seconds 2] [--clients 1,10,50,200]
+    python -m benchmarks.durability --reads [--reps 3]
+
+--reads measures what fastbean's rule for reads costs them: every reply,
+a peek's or stats' too, leaves only once every record logged before it is
+durable, so that no reply reveals a change the disk may not hold (a
+NOT_FOUND after a delete whose fsync then fails). A client peeks a job in a
+loop, alone and beside puts from 10 clients, with -f 0 (a peek beside puts
+waits for their fsync) and with -f 50 (it waits only for their write): the
+difference is the cost of the rule.
 
 With -f 0 a client is answered only once its record is on disk, so a client
 with one put in flight waits at least one fdatasync and one round trip per
@@ -26,8 +35,8 @@ import time
 import urllib.request
 
 from benchmarks.compare import RESULTS
-from benchmarks.harness import loadgen, write_results
-from tests.servers import Server, free_port
+from benchmarks.harness import finish, loadgen, write_results
+from tests.servers import Client, Server, free_port
 
 STEAL_LIMIT = 0.10
 
@@ -138,6 +147,63 @@ def spread(values):
     return statistics.median(values), min(values), max(values)
 
 
+def peek_latencies(port, seconds):
+    """Round trips of `peek` of one job, one at a time, for `seconds`: sorted, in us."""
+    out = []
+    with Client(port) as c:
+        jid = c.put(b"read me")
+        end = time.perf_counter() + seconds
+        while True:
+            t0 = time.perf_counter()
+            c.send(b"peek %d\r\n" % jid)
+            c.line()
+            c.body(7)
+            t1 = time.perf_counter()
+            out.append((t1 - t0) * 1e6)
+            if t1 > end:
+                return sorted(out)
+
+
+def read_cost(policy, loaded, seconds):
+    """Peek latency (p50, p99 in us) on a fresh server with -f `policy`, alone or
+    beside puts from 10 clients at depth 1; None when CPU steal was high."""
+    with Server.start("fastbean", "-f", policy, binlog=True) as srv:
+        load = None
+        if loaded:
+            load = loadgen(srv.port, "put", conns=10, depth=1, seconds=seconds + 0.5, background=True)
+            time.sleep(0.3)
+        t0 = cpu_times()
+        lat = peek_latencies(srv.port, seconds)
+        st = steal(t0, cpu_times())
+        if load is not None:
+            finish(load)
+    if st > STEAL_LIMIT:
+        return None
+    return lat[len(lat) // 2], lat[len(lat) * 99 // 100]
+
+
+def reads(reps, seconds):
+    print("peek round trip, us: p50 / p99 (median of %d fresh servers each)" % reps)
+    rows = {}
+    for policy in ("0", "50"):
+        for loaded in (False, True):
+            runs = []
+            while len(runs) < reps:
+                r = read_cost(policy, loaded, seconds)
+                if r is None:
+                    print("  (steal above %d%%: measured again)" % (100 * STEAL_LIMIT))
+                    continue
+                runs.append(r)
+            p50, p99 = (spread([r[k] for r in runs]) for k in (0, 1))
+            rows[(policy, loaded)] = (p50, p99)
+            print("  -f %-2s %-22s p50 %6.0f (%4.0f..%4.0f)   p99 %6.0f (%4.0f..%4.0f)" % (
+                policy, "beside 10 putting" if loaded else "alone", *p50, *p99))
+    f0, f50 = rows[("0", True)], rows[("50", True)]
+    print("cost of holding reads for the fsync beside puts: p50 +%.0f us, p99 +%.0f us" % (
+        f0[0][0] - f50[0][0], f0[1][0] - f50[1][0]))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -145,7 +211,11 @@ def main(argv=None):
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--clients", default="1,10,50,200")
     ap.add_argument("--json", default=os.path.join(RESULTS, "durability.json"))
+    ap.add_argument("--reads", action="store_true", help="what holding reads for the fsync costs")
     args = ap.parse_args(argv)
+    if args.reads:
+        reads(args.reps, args.seconds)
+        return
     started = time.time()
     clients = [int(c) for c in args.clients.split(",")]
 

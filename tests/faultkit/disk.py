@@ -22,7 +22,9 @@ class DiskFaults:
     fail_sync(n): the next n fdatasync/fsync calls on such files fail with EIO,
     and the bytes written since the file's last good sync become zeros on disk.
     fail_write(n): the next n pwrite/write calls to such files fail with EIO
-    and write nothing. events(): the faults injected so far, as dicts."""
+    and write nothing. power_loss(): at the next write or sync of such a file,
+    every unsynced byte becomes zeros and the process is killed (SIGKILL).
+    events(): the faults injected so far, as dicts."""
 
     def __init__(self, workdir, watch_dir):
         self.workdir = str(workdir)
@@ -30,8 +32,9 @@ class DiskFaults:
         self.shim = build_shim(self.workdir)
         self.sync_trigger = os.path.join(self.workdir, "faultkit-fail-sync")
         self.write_trigger = os.path.join(self.workdir, "faultkit-fail-write")
+        self.power_trigger = os.path.join(self.workdir, "faultkit-power-loss")
         self.logfile = os.path.join(self.workdir, "faultkit-disk.log")
-        for path in (self.sync_trigger, self.write_trigger):
+        for path in (self.sync_trigger, self.write_trigger, self.power_trigger):
             if os.path.exists(path):
                 os.unlink(path)
 
@@ -40,7 +43,8 @@ class DiskFaults:
         env = dict(os.environ if base is None else base)
         env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), self.shim]))
         env.update(FAULTKIT_DIR=self.watch_dir, FAULTKIT_SYNC_TRIGGER=self.sync_trigger,
-                   FAULTKIT_WRITE_TRIGGER=self.write_trigger, FAULTKIT_LOG=self.logfile)
+                   FAULTKIT_WRITE_TRIGGER=self.write_trigger, FAULTKIT_POWER_TRIGGER=self.power_trigger,
+                   FAULTKIT_LOG=self.logfile)
         return env
 
     @staticmethod
@@ -56,9 +60,12 @@ class DiskFaults:
     def fail_write(self, count=1):
         self._arm(self.write_trigger, count)
 
+    def power_loss(self):
+        self._arm(self.power_trigger, 1)
+
     def pending(self):
         """True while an armed fault has not happened yet."""
-        return os.path.exists(self.sync_trigger) or os.path.exists(self.write_trigger)
+        return any(os.path.exists(p) for p in (self.sync_trigger, self.write_trigger, self.power_trigger))
 
     def wait_injected(self, timeout=30.0):
         """Wait until the armed faults have happened; False if they did not in time."""
@@ -70,14 +77,14 @@ class DiskFaults:
         return True
 
     def disarm(self):
-        for path in (self.sync_trigger, self.write_trigger):
+        for path in (self.sync_trigger, self.write_trigger, self.power_trigger):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
 
     def events(self):
-        """[{'what': 'sync-eio'|'write-eio', 'pid', 'tid', 'fd', 'bytes', 'ranges', 'path'}]"""
+        """[{'what': 'sync-eio'|'write-eio'|'power-loss', 'pid', 'tid', 'fd', 'bytes', 'ranges', 'path'}]"""
         out = []
         try:
             with open(self.logfile) as f:

@@ -15,6 +15,12 @@
  * While the file named by $FAULTKIT_WRITE_TRIGGER exists, the next pwrite or
  * write to such a file fails with EIO, writes nothing, and consumes it.
  *
+ * While the file named by $FAULTKIT_POWER_TRIGGER exists, the next pwrite,
+ * write or sync of such a file is a power loss: every byte written since
+ * its file's last good sync (in every file still there) becomes zeros, and
+ * the process is killed with SIGKILL. Unlinks count as done: the worst
+ * case for a server that removes a file before what replaced it is synced.
+ *
  * Each injected fault is a line in $FAULTKIT_LOG. Thread-safe (one mutex;
  * the server's sync and fill threads are pthreads), no Python, no malloc in
  * the write path but for the range table's growth. sync_file_range passes
@@ -25,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +48,7 @@ typedef int (*sync_fn)(int);
 static pwrite_fn real_pwrite, real_pwrite64;
 static write_fn real_write;
 static sync_fn real_fdatasync, real_fsync;
-static const char *dir, *sync_trigger, *write_trigger, *logpath;
+static const char *dir, *sync_trigger, *write_trigger, *power_trigger, *logpath;
 static size_t dirlen;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,6 +56,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 struct range { off_t start, end; uint64_t epoch; };
 struct file {
     dev_t dev; ino_t ino;
+    char path[4096];            /* where it was last written, for a power loss */
     uint64_t epoch;             /* bumped by each sync as it starts */
     struct range *r; size_t n, cap;
 };
@@ -67,6 +75,7 @@ static void init(void)
     dirlen = dir ? strlen(dir) : 0;
     sync_trigger = getenv("FAULTKIT_SYNC_TRIGGER");
     write_trigger = getenv("FAULTKIT_WRITE_TRIGGER");
+    power_trigger = getenv("FAULTKIT_POWER_TRIGGER");
     logpath = getenv("FAULTKIT_LOG");
 }
 
@@ -161,12 +170,57 @@ static int take(const char *trigger)
     return 1;
 }
 
+/* Overwrite f's unsynced ranges with zeros; the bytes zeroed. */
+static long long drop_unsynced(struct file *f, const char *path)
+{
+    static const char zeros[65536];
+    long long bytes = 0;
+    int out = open(path, O_WRONLY | O_CLOEXEC);
+    for (size_t i = 0; out >= 0 && i < f->n; i++) {
+        for (off_t pos = f->r[i].start; pos < f->r[i].end;) {
+            size_t len = f->r[i].end - pos < (off_t)sizeof zeros ? (size_t)(f->r[i].end - pos)
+                                                                 : sizeof zeros;
+            ssize_t w = real_pwrite(out, zeros, len, pos);
+            if (w <= 0)
+                break;
+            pos += w;
+            bytes += w;
+        }
+    }
+    if (out >= 0)
+        close(out);
+    f->n = 0;
+    return bytes;
+}
+
+/* Under mu: a power loss if one is armed (then this never returns). */
+static void power(int fd, const char *path)
+{
+    long long bytes = 0;
+    size_t ranges = 0;
+    if (!take(power_trigger))
+        return;
+    for (size_t i = 0; i < nfiles; i++) {
+        struct stat st;
+        if (files[i].n && files[i].path[0] && stat(files[i].path, &st) == 0
+                && st.st_dev == files[i].dev && st.st_ino == files[i].ino) {
+            ranges += files[i].n;
+            bytes += drop_unsynced(&files[i], files[i].path);
+        }
+    }
+    logline("power-loss", fd, path, bytes, ranges);
+    kill(getpid(), SIGKILL);
+    for (;;)
+        pause();
+}
+
 static ssize_t do_write(int fd, const void *buf, size_t n, off_t off, int positional, pwrite_fn fn)
 {
     char path[4096];
     if (!watched(fd, path, sizeof path))
         return positional ? fn(fd, buf, n, off) : real_write(fd, buf, n);
     pthread_mutex_lock(&mu);
+    power(fd, path);
     if (take(write_trigger)) {
         logline("write-eio", fd, path, (long long)n, 0);
         pthread_mutex_unlock(&mu);
@@ -176,8 +230,12 @@ static ssize_t do_write(int fd, const void *buf, size_t n, off_t off, int positi
     off_t start = positional ? off : lseek(fd, 0, SEEK_CUR);
     ssize_t done = positional ? fn(fd, buf, n, off) : real_write(fd, buf, n);
     int saved = errno;
-    if (done > 0 && start >= 0)
-        note(file_of(fd), start, start + done);
+    if (done > 0 && start >= 0) {
+        struct file *f = file_of(fd);
+        note(f, start, start + done);
+        if (f)
+            snprintf(f->path, sizeof f->path, "%s", path);
+    }
     pthread_mutex_unlock(&mu);
     errno = saved;
     return done;
@@ -204,29 +262,14 @@ ssize_t write(int fd, const void *buf, size_t n)
 static int do_sync(int fd, sync_fn fn)
 {
     char path[4096];
-    static const char zeros[65536];
     if (!watched(fd, path, sizeof path))
         return fn(fd);
     pthread_mutex_lock(&mu);
+    power(fd, path);
     struct file *f = file_of(fd);
     if (f && take(sync_trigger)) {
-        long long bytes = 0;
         size_t ranges = f->n;
-        int out = open(path, O_WRONLY | O_CLOEXEC);
-        for (size_t i = 0; i < f->n; i++) {
-            for (off_t pos = f->r[i].start; pos < f->r[i].end;) {
-                size_t len = f->r[i].end - pos < (off_t)sizeof zeros ? (size_t)(f->r[i].end - pos)
-                                                                     : sizeof zeros;
-                ssize_t w = out >= 0 ? real_pwrite(out, zeros, len, pos) : -1;
-                if (w <= 0)
-                    break;
-                pos += w;
-                bytes += w;
-            }
-        }
-        if (out >= 0)
-            close(out);
-        f->n = 0;
+        long long bytes = drop_unsynced(f, path);
         logline("sync-eio", fd, path, bytes, ranges);
         pthread_mutex_unlock(&mu);
         errno = EIO;

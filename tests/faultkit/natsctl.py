@@ -54,6 +54,17 @@ class NatsClient:
             return info.cluster.leader, info.state
         return self.call(ask)
 
+    def healthy(self, stream):
+        """True when `stream` has a leader and every other replica is online and
+        current: then it can lose any one server and keep a quorum."""
+        async def ask():
+            cluster = (await self.js.stream_info(stream)).cluster
+            return bool(cluster.leader) and all(p.current and not p.offline for p in cluster.replicas or ())
+        try:
+            return self.call(ask, timeout=5.0)
+        except Exception:
+            return False
+
 
 class Lease(NatsClient):
     """The lease key of `stream`'s bucket (<stream>-lease), read as the cluster
