@@ -18,7 +18,7 @@ test: build
 # with every C compiler warning an error (FASTBEAN_WERROR=1).
 lint:
 	$(PY) -m ruff check .
-	cython-lint fastbean/*.pyx fastbean/*.pxd fastbean/*.pxi
+	cython-lint fastbean/*/*.pyx fastbean/*/*.pxd fastbean/*/*.pxi
 	FASTBEAN_WERROR=1 $(PY) setup.py build_ext --inplace -q --force
 
 # The randomized tests (engine against its model, parser against the reference

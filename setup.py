@@ -1,4 +1,4 @@
-"""Build the compiled modules: the parser, the queue engine and the binlog's fsync thread.
+"""Build the compiled modules: the parser, the queue engine and the binlog's disk threads.
 
 FASTBEAN_DEBUG=1 builds with invariant checks, -O0 -g and annotated HTML.
 FASTBEAN_SANITIZE=1 adds AddressSanitizer and UBSan (run under LD_PRELOAD of libasan).
@@ -24,13 +24,16 @@ if SANITIZE:
 
 macros = [("FASTBEAN_DEBUG", "1" if DEBUG else "0")]
 
+# The headers the extensions share (fastbean/include) and the three
+# extensions: the parser and the queue engine (one module stitched from
+# fastbean/engine/*.pxi), and the binlog's disk threads.
+include = ["fastbean/include"]
 extensions = [
-    Extension("fastbean._parser", ["fastbean/_parser.pyx"],
-              extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
-    Extension("fastbean._core", ["fastbean/_core.pyx"],
-              extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
-    Extension("fastbean._sync", ["fastbean/_sync.pyx"],
-              extra_compile_args=cflags, extra_link_args=ldflags, define_macros=macros),
+    Extension(name, [path], include_dirs=include, extra_compile_args=cflags,
+              extra_link_args=ldflags, define_macros=macros)
+    for name, path in (("fastbean.engine.parser", "fastbean/engine/parser.pyx"),
+                       ("fastbean.engine.core", "fastbean/engine/core.pyx"),
+                       ("fastbean.binlog.threads", "fastbean/binlog/threads.pyx"))
 ]
 
 setup(

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from fastbean._core import FILE_HEADER, Core, tune_malloc
-from fastbean._parser import Parser
+from fastbean.engine.core import FILE_HEADER, Core, tune_malloc
+from fastbean.engine.parser import Parser
 from tests.servers import EngineClient as Client
 
 tune_malloc()                               # as the server does at start-up

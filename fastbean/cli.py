@@ -322,8 +322,8 @@ def main(argv=None):
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
 
-    from fastbean import server  # asyncio, uvloop and the engine: after binding
-    return server.run(config, listeners, metrics_sock)
+    from fastbean.server.server import run  # asyncio, uvloop and the engine: after binding
+    return run(config, listeners, metrics_sock)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ MAX_JOB_SIZE_LIMIT = 1 << 30          # beanstalkd caps -z here
 BACKLOG = 1024                         # listen() backlog, as beanstalkd's
 DEFAULT_BINLOG_SIZE = 10 * 1024 * 1024
 DEFAULT_FSYNC_MS = 50
-FSYNC_THREADS = 2                      # fdatasyncs of the binlog that may run at once (see _sync.pyx)
+FSYNC_THREADS = 2                      # fdatasyncs of the binlog that may run at once (see binlog/threads.pyx)
 DEFAULT_BUSY_POLL_US = 100             # see busypoll.py
 MAX_BUSY_POLL_US = 1_000_000
 BATCH_LIMIT = 1024                     # commands one connection runs before others get a turn
@@ -18,19 +18,7 @@ SHUTDOWN_GRACE = 5.0                   # seconds to finish writing to clients on
 DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host is given
 DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
 DEFAULT_LOG_FORMAT = "text"
-# The HTTP endpoint's limits (metrics.py): a slow or malformed client gets
-# a 4xx or is closed, and cannot hold more than this.
-HTTP_MAX_HEAD = 8192                   # bytes of request line + headers
-HTTP_REQUEST_TIMEOUT = 10.0            # seconds to send a whole request head (408 after)
-HTTP_IDLE_TIMEOUT = 60.0               # seconds a connection may send nothing (or not read its answer)
-HTTP_MAX_CONNECTIONS = 64              # more are answered 503 and closed
-HTTP_LINGER = 1.0                      # seconds to drop unread input after an answer that closes
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
-# fastbean.testing: servers started from Python (scripts, notebooks, the pytest plugin).
-TESTING_HOST = "127.0.0.1"
-TESTING_START_TIMEOUT = 10.0           # seconds for a new server to answer
-TESTING_STOP_TIMEOUT = 10.0            # seconds between SIGTERM and SIGKILL
-TESTING_BIND_TRIES = 5                 # free ports tried when another process takes one first
 # Replication (replication/). A NATS server lost takes JetStream a leader
 # election: its raft followers wait 4 to 9 s after the leader's last
 # heartbeat (1 s apart) before they elect another (nats-server's raft.go),
@@ -80,13 +68,3 @@ class Config:
     node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
     lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
     replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds
-
-# fastbean-ctl (ctl.py, ctltop.py, client.py): the admin tool's defaults
-CTL_ADDR = "127.0.0.1"                 # -l when not given; the port is DEFAULT_PORT
-CTL_TIMEOUT_S = 5.0                    # --timeout: connecting, and waiting for each reply
-CTL_TOP_INTERVAL_S = 1.0               # top --interval: seconds between refreshes
-CTL_PIPELINE = 64                      # commands in flight when asking about many tubes
-CTL_PUT_PRI = 1024                     # put --pri
-CTL_PUT_TTR_S = 60                     # put --ttr
-CTL_CLEAR_MAX_MISSES = 1000            # clear gives up after this many deletes in a row
-                                       # lose a race with other clients for the job

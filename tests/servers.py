@@ -259,7 +259,7 @@ def parse_yaml(doc):
 
 
 class EngineClient:
-    """One connection of an in-process engine (fastbean._core.Core) on a fake
+    """One connection of an in-process engine (fastbean.engine.core.Core) on a fake
     transport: replies are kept by reference, the engine's "again next turn"
     requests are honoured by send(), and nothing holds a reference
     cycle, so a dropped engine with a million jobs is freed at once."""

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fastbean._sync import FILL_AHEAD_BYTES, FILL_CHUNK_BYTES
+from fastbean.binlog.threads import FILL_AHEAD_BYTES, FILL_CHUNK_BYTES
 from tests.servers import Client, Server, free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -333,8 +333,8 @@ def test_torn_tail_at_every_offset_still_replays(tmp_path):
     # Every byte offset of the last records, truncated and zero-padded, through
     # the server's own binlog code in-process (a server start per offset would
     # take minutes); real restarts of a few of them follow below.
-    from fastbean._core import Core
     from fastbean.binlog import Binlog
+    from fastbean.engine.core import Core
     name, data, ends, keep, tail = _torn_fixture(tmp_path)
     for cut in range(ends[3], len(data) + 1):
         for pad in (0, 4096):

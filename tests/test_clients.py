@@ -59,9 +59,9 @@ def test_greenstalk_binary_bodies(server):
 
 
 def test_compiled_modules_are_what_runs():
-    import fastbean._core as core
-    import fastbean._parser as parser
-    import fastbean._sync as sync
+    import fastbean.binlog.threads as sync
+    import fastbean.engine.core as core
+    import fastbean.engine.parser as parser
     for mod in (core, parser, sync):
         assert isinstance(mod.__loader__, importlib.machinery.ExtensionFileLoader), mod
         assert mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), mod.__file__
@@ -74,9 +74,9 @@ def test_type_stubs_cover_the_compiled_api():
     import inspect
     import os
 
-    import fastbean._core as core
-    import fastbean._parser as parser
-    import fastbean._sync as sync
+    import fastbean.binlog.threads as sync
+    import fastbean.engine.core as core
+    import fastbean.engine.parser as parser
     for mod in (core, parser, sync):
         path = os.path.join(os.path.dirname(mod.__file__), mod.__name__.rsplit(".", 1)[1] + ".pyi")
         tree = ast.parse(open(path).read())

@@ -1,5 +1,5 @@
-"""The engine's containers on their own: the intrusive heap (_heap.pxi) and the
-id table (_table.pxi), through their test entry points (HeapProbe, TableProbe),
+"""The engine's containers on their own: the intrusive heap (engine/heap.pxi) and the
+id table (engine/table.pxi), through their test entry points (HeapProbe, TableProbe),
 against plain Python models; and the debug build's check that no hook calls
 back into the engine."""
 import pytest
@@ -7,8 +7,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fastbean import _core
-from fastbean._core import Core, HeapProbe, TableProbe
+from fastbean.engine import core as _core
+from fastbean.engine.core import Core, HeapProbe, TableProbe
 from tests.servers import FUZZ, EngineClient
 
 

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fastbean._core import Core
+from fastbean.engine.core import Core
 from tests.servers import FUZZ, EngineClient
 
 TUBES = ["default", "a", "b", "c"]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.servers import Client, Server
 
-TABLE_MIN = 4096            # the id table's smallest size (_table.pxi)
+TABLE_MIN = 4096            # the id table's smallest size (engine/table.pxi)
 QUIET = 1.5                 # s between looks: longer than the engine's idle wait (1 s)
 DEADLINE = 40.0
 

@@ -543,6 +543,6 @@ def test_metrics_address_forms():
 
 def test_label_values_and_help_are_escaped():
     # tube names cannot hold these characters, but a version string could
-    from fastbean.metrics import _help, _label
+    from fastbean.server.metrics import _help, _label
     assert _label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     assert _help('a"b\\c\nd') == 'a"b\\\\c\\nd'

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fastbean._sync import SyncThread
+from fastbean.binlog.threads import SyncThread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,7 +156,7 @@ def test_refused_sync_thread_closes_nothing_it_does_not_own():
 def test_arena_pool_feeds_pymalloc_and_gives_memory_back():
     code = r"""
 import json, time
-from fastbean._core import prefault_arenas, arena_stats
+from fastbean.engine.core import prefault_arenas, arena_stats
 assert prefault_arenas()
 warm = [bytes(90) + str(i).encode() for i in range(20000)]   # the first arenas: the pool learns their size
 time.sleep(0.2)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastbean._parser import Parser
+from fastbean.engine.parser import Parser
 from tests.refparser import RefParser, parse_line
 from tests.servers import FUZZ
 

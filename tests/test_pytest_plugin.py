@@ -22,9 +22,9 @@ def plugin_args():
     # through its entry point; in a bare checkout it has to be named.
     eps = importlib.metadata.entry_points()
     group = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
-    if any(ep.value == "fastbean.pytest_plugin" for ep in group):
+    if any(ep.value == "fastbean.testing.pytest_plugin" for ep in group):
         return []
-    return ["-p", "fastbean.pytest_plugin"]
+    return ["-p", "fastbean.testing.pytest_plugin"]
 
 
 @pytest.fixture

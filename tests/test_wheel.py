@@ -28,8 +28,8 @@ def test_wheel_from_sdist_for_this_python(tmp_path):
     (sdist,) = glob.glob(str(out / "fastbean-*.tar.gz"))
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    for need in ("fastbean/_core.pyx", "fastbean/_core.pxd", "fastbean/_testing.pxi",
-                 "fastbean/_arena.h", "benchmarks/loadgen.c", "tests/servers.py",
+    for need in ("fastbean/engine/core.pyx", "fastbean/engine/core.pxd", "fastbean/engine/testing.pxi",
+                 "fastbean/include/arena.h", "fastbean/binlog/threads.pyx", "benchmarks/loadgen.c", "tests/servers.py",
                  "tools/wheelcheck.py", "README.md", "MANIFEST.in"):
         assert need in names, need
     assert not [n for n in names if n.startswith("fastbean/") and n.endswith((".c", ".so"))]
@@ -42,4 +42,4 @@ def test_wheel_from_sdist_for_this_python(tmp_path):
         files = z.namelist()
         entry_points = z.read(next(f for f in files if f.endswith(".dist-info/entry_points.txt")))
     assert not [f for f in files if f.endswith(".c")]
-    assert b"[pytest11]\nfastbean = fastbean.pytest_plugin" in entry_points
+    assert b"[pytest11]\nfastbean = fastbean.testing.pytest_plugin" in entry_points

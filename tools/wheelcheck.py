@@ -25,10 +25,11 @@ def readme_files(readme_text):
 
 def check_installed():
     import fastbean
-    from fastbean import _core, _parser, _sync  # noqa: F401 (the compiled modules load)
+    from fastbean.binlog import threads  # noqa: F401 (the compiled modules load)
+    from fastbean.engine import core, parser  # noqa: F401
     where = os.path.dirname(fastbean.__file__)
     assert "site-packages" in where, "fastbean imported from %s, not the wheel" % where
-    generated = [f for f in os.listdir(where) if f.endswith(".c")]
+    generated = [f for _, _, names in os.walk(where) for f in names if f.endswith(".c")]
     assert not generated, "generated C in the wheel: %s" % generated
     return fastbean.__version__
 

@@ -22,7 +22,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECK = os.path.join(ROOT, "tools", "wheelcheck.py")
-EXTENSIONS = ("_core", "_parser", "_sync")
+EXTENSIONS = ("engine/core", "engine/parser", "binlog/threads")
 # Installed into each virtualenv after the wheel, for wheelcheck.py.
 CHECK_REQUIRES = ["greenstalk", "pytest"]
 

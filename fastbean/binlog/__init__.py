@@ -1,6 +1,6 @@
 """Binlog: the binlog.N files of one directory, in beanstalkd 1.12's format.
 
-The engine encodes the records (the format is _wal.pxi's) and keeps the
+The engine encodes the records (the format is engine/wal.pxi's) and keeps the
 space accounting; this package owns the files: the directory (files.py),
 the fsync policy (durability.py), the mirror of a replication stream
 (mirror.py), and here the binlog itself: replay at start-up, one commit
@@ -26,11 +26,11 @@ import logging
 import os
 import time
 
-from fastbean._core import FILE_FIRST_RECORD, FILE_HEADER, id_marker
-from fastbean._sync import ZeroFill
 from fastbean.binlog.durability import Durability
 from fastbean.binlog.files import Directory, blocks
+from fastbean.binlog.threads import ZeroFill
 from fastbean.config import DEFAULT_FSYNC_MS
+from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER, id_marker
 from fastbean.errors import BinlogError
 from fastbean.logs import event
 from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
@@ -70,7 +70,7 @@ class Binlog:
         self._reclaim = Reclaim(self._remove)
         self._durability = Durability(self.loop, self.fsync and self.loop is not None, self.fsync_ms,
                                       self._durable, self._sync_failed)
-        self._filler = None         # ZeroFill, with -f 0 (see _sync.pyx)
+        self._filler = None         # ZeroFill, with -f 0 (see binlog/threads.pyx)
 
     @property
     def path(self):

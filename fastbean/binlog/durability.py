@@ -18,7 +18,7 @@ the kernel says so only once, so the binlog is cut back there (binlog/).
 import collections
 import time
 
-from fastbean._sync import SyncThread
+from fastbean.binlog.threads import SyncThread
 from fastbean.config import FSYNC_THREADS
 
 

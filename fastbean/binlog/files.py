@@ -6,7 +6,7 @@ import fcntl
 import logging
 import os
 
-from fastbean._core import FILE_HEADER
+from fastbean.engine.core import FILE_HEADER
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import event
 

@@ -38,8 +38,8 @@ import socket
 import time
 import uuid
 
-from fastbean._core import FILE_HEADER
 from fastbean.binlog.mirror import Mirror
+from fastbean.engine.core import FILE_HEADER
 from fastbean.errors import BinlogError, ReplicationError
 from fastbean.logs import event
 from fastbean.replication.follower import Follower

@@ -6,8 +6,8 @@ needs (wal_collect), exactly as for files. Here: where each part starts in
 the stream, how many bytes each holds, and so how far the stream may be
 purged.
 """
-from fastbean._core import FILE_FIRST_RECORD
 from fastbean.binlog.files import blocks
+from fastbean.engine.core import FILE_FIRST_RECORD
 
 
 class Parts:

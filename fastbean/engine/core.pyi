@@ -1,4 +1,4 @@
-"""Type stubs of the compiled queue engine's Python-facing API (_core.pyx)."""
+"""Type stubs of the compiled queue engine's Python-facing API (core.pyx)."""
 from typing import Callable, Dict, List, Optional, Tuple, Union, final
 
 FILE_HEADER: bytes

@@ -1,4 +1,4 @@
-# Job table: id -> Job*, chained through Job.ht_next (declared in _core.pxd).
+# Job table: id -> Job*, chained through Job.ht_next (declared in core.pxd).
 #
 # Resizing is incremental: a grow or shrink allocates the new bucket array and
 # then every insert and remove moves TABLE_STEP buckets across, so the cost of

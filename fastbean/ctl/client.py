@@ -1,7 +1,7 @@
 """A small blocking client of the beanstalk protocol (standard commands only), for fastbean-ctl."""
 import socket
 
-from fastbean.config import CTL_PIPELINE
+from fastbean.ctl.defaults import PIPELINE
 from fastbean.errors import FastbeanError
 
 NAME_MAX = 200                  # bytes of a tube name, as in beanstalkd
@@ -241,8 +241,8 @@ class Client:
         """stats-tube for many tubes, pipelined; a tube gone meanwhile is left out."""
         out = {}
         tubes = [t.encode("ascii") for t in tubes]
-        for start in range(0, len(tubes), CTL_PIPELINE):
-            batch = tubes[start:start + CTL_PIPELINE]
+        for start in range(0, len(tubes), PIPELINE):
+            batch = tubes[start:start + PIPELINE]
             self._send(b"".join(b"stats-tube %s\r\n" % t for t in batch))
             for tube in batch:
                 try:

@@ -18,7 +18,7 @@ cdef int conn_feed(Core core, Conn c, object data) except -1:
     # Bytes from one read. A connection served in the last loop turn, which
     # served others too, waits for the end of this one (end_turn), so the
     # ones that waited longer go first; otherwise it runs now. One whose
-    # last put was big always waits (feed_after_big_put, _conn.pxi). Without
+    # last put was big always waits (feed_after_big_put, conn.pxi). Without
     # end_turn_soon (in-process tests) the caller calls end_turn itself.
     cdef bint wait = c.big_puts
     lat_read(c)

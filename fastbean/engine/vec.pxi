@@ -1,4 +1,4 @@
-# Small containers, written once (declared in _core.pxd): the growable array
+# Small containers, written once (declared in core.pxd): the growable array
 # every variable-size array of the engine uses, and the intrusive list of jobs.
 
 from libc.stdlib cimport realloc

@@ -1,7 +1,7 @@
 # The beanstalk protocol as the compiled modules see it: opcodes, the
 # parsed command, line and name limits, the tube-name rule, and every fixed
-# reply text. The parser (_parser.pyx) fills Cmd structs; the engine
-# (_core.pyx) runs them and answers with the texts below. Header only.
+# reply text. The parser (parser.pyx) fills Cmd structs; the engine
+# (core.pyx) runs them and answers with the texts below. Header only.
 
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 
@@ -45,7 +45,7 @@ cdef enum Op:
     OP_UNKNOWN = 28           # UNKNOWN_COMMAND
     OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
     OP_EXT = 30               # fastbean-stats, fastbean's own command
-    # test-only commands, refused with UNKNOWN_COMMAND unless --testing (_testing.pxi)
+    # test-only commands, refused with UNKNOWN_COMMAND unless --testing (testing.pxi)
     OP_TEST_RESET = 31        # fastbean-reset
     OP_TEST_ADVANCE = 32      # fastbean-clock-advance SECONDS[.FRACTION]
     OP_COUNT = 33

@@ -9,10 +9,8 @@ import signal
 import socket
 import time
 
-from fastbean import __version__, busypoll
-from fastbean._core import Core, prefault_arenas, tune_malloc
+from fastbean import __version__
 from fastbean.binlog import Binlog
-from fastbean.busypoll import BusyPoll
 from fastbean.config import (
     BACKLOG,
     EXIT_DISK_FAILED,
@@ -23,11 +21,14 @@ from fastbean.config import (
     STATUS_INTERVAL,
     TICK_BUDGET,
 )
+from fastbean.engine.core import Core, prefault_arenas, tune_malloc
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import event
-from fastbean.metrics import Endpoint
-from fastbean.protocol import ConnProtocol, Refused, TracingConnProtocol
-from fastbean.systemd import Notifier
+from fastbean.server import busypoll
+from fastbean.server.busypoll import BusyPoll
+from fastbean.server.http import Endpoint
+from fastbean.server.protocol import ConnProtocol, Refused, TracingConnProtocol
+from fastbean.server.systemd import Notifier
 
 
 def new_event_loop():

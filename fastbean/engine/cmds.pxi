@@ -1,5 +1,5 @@
 # Commands: one function per command of the protocol (protocol.txt), and
-# dispatch. Each answers through c's output; the run loop (_run.pxi) flushes.
+# dispatch. Each answers through c's output; the run loop (run.pxi) flushes.
 
 cdef int64_t SEC = 1000000000
 
@@ -115,7 +115,7 @@ cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
 
 
 cdef int job_delete(Core core, Job *j) except -1:
-    # delete, and fastbean-reset (_testing.pxi)
+    # delete, and fastbean-reset (testing.pxi)
     job_unlink(core, j)
     j.tube.cmd_delete += 1
     if core.wal_on and j.wal_file:

@@ -1,5 +1,5 @@
 # Jobs: allocation, lookup by id, freeing, and the orders of the heaps that
-# hold them. A job's state and the structures it is in are _queue.pxi's business.
+# hold them. A job's state and the structures it is in are queue.pxi's business.
 
 
 # ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id

@@ -1,7 +1,7 @@
 # Memory: what the jobs hold (core.mem_used, which --max-memory caps), and
 # giving memory back to the OS once a big backlog has drained or the server
 # has gone quiet. The pages themselves are faulted in ahead of demand by
-# _arena.h's helper thread.
+# include/arena.h's helper thread.
 #
 # Idle give-back: after any read, the tick looks again IDLE_WAIT later. If
 # no read came meanwhile, the server is idle: the id table shrinks to fit
@@ -9,7 +9,7 @@
 # unmaps its arena pool and trims malloc's heap. A steady load never gets
 # there, so it never pays for it.
 
-cdef extern from "_arena.h":
+cdef extern from "arena.h":
     int fb_arena_install()
     int fb_giveback() nogil
     void fb_heap_check() nogil
@@ -60,7 +60,7 @@ cdef inline void mem_release(Core core, Py_ssize_t n) noexcept:
 
 cdef inline void mem_new_job(Py_ssize_t size) noexcept:
     if size > BIG_JOB:
-        fb_heap_check()                 # big jobs come from malloc's heap: see _arena.h
+        fb_heap_check()                 # big jobs come from malloc's heap: see include/arena.h
 
 
 cdef void mem_trim(Core core) noexcept:
@@ -106,7 +106,7 @@ def tune_malloc():
 
 def prefault_arenas():
     """Have a helper thread fault in pymalloc's next arenas ahead of demand
-    (see _arena.h). The server calls this once at start-up; True if it runs."""
+    (see include/arena.h). The server calls this once at start-up; True if it runs."""
     return fb_arena_install() == 0
 
 

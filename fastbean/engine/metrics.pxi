@@ -1,9 +1,9 @@
 # What the engine keeps for the metrics endpoint (metrics.py): reply latency
 # per command family, and the rows of stats-tube a scrape publishes.
-# Included by _core.pyx. The inline hooks are all the hot path pays: one
+# Included by core.pyx. The inline hooks are all the hot path pays: one
 # clock read per read that starts a batch and one per write that ends it.
 
-cdef extern from "_hist.h":
+cdef extern from "hist.h":
     int FB_LATENCY_BOUNDS
     const int64_t fb_latency_bounds[]
     int fb_bucket(const int64_t *bounds, int n, int64_t v) noexcept nogil

@@ -1,11 +1,11 @@
 # cython: language_level=3
-"""Incremental parser of the beanstalk protocol (see _parser.pxd)."""
+"""Incremental parser of the beanstalk protocol (see parser.pxd)."""
 
 from libc.string cimport memchr, memcpy, memcmp
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 
-from fastbean._wire cimport (
+from fastbean.engine.wire cimport (
     Cmd, LINE_MAX, name_byte, name_ok,
     OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED, OP_RESERVE,
     OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE, OP_BURY, OP_KICK,

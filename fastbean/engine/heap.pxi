@@ -1,5 +1,5 @@
-# Binary min-heap over pointers (declared in _core.pxd). Its array grows and
-# shrinks with the _vec.pxi rules, so memory follows the backlog down again.
+# Binary min-heap over pointers (declared in core.pxd). Its array grows and
+# shrinks with the vec.pxi rules, so memory follows the backlog down again.
 
 
 cdef void heap_init(Heap *h, heap_less_fn less, heap_setpos_fn setpos) noexcept:

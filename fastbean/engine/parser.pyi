@@ -1,4 +1,4 @@
-"""Type stubs of the compiled parser's Python-facing API (_parser.pyx)."""
+"""Type stubs of the compiled parser's Python-facing API (parser.pyx)."""
 from typing import Callable, Dict, List, Optional, Tuple, Union, final
 
 OP_NAMES: Dict[int, str]

@@ -87,7 +87,7 @@ cdef extern from *:
     void fb_store(int64_t *p, int64_t v) nogil
     int64_t fb_add(int64_t *p, int64_t v) nogil
 
-cdef extern from "_hist.h" nogil:
+cdef extern from "hist.h" nogil:
     int FB_FSYNC_BOUNDS
     int FB_GROUP_BOUNDS
     const int64_t fb_fsync_bounds[]
@@ -95,7 +95,7 @@ cdef extern from "_hist.h" nogil:
     int fb_bucket(const int64_t *bounds, int n, int64_t v)
 
 cdef enum:
-    HIST_SLOTS = 17       # _hist.h's FB_FSYNC_BOUNDS and FB_GROUP_BOUNDS, + Inf
+    HIST_SLOTS = 17       # include/hist.h's FB_FSYNC_BOUNDS and FB_GROUP_BOUNDS, + Inf
     MAX_THREADS = 4
 
 cdef extern from "<sys/eventfd.h>" nogil:

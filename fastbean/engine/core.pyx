@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The queue engine (see _core.pxd): Core and Conn, the API the Python layer calls."""
+"""The queue engine (see core.pxd): Core and Conn, the API the Python layer calls."""
 
 cimport cython
 import os
@@ -19,8 +19,8 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
-from fastbean._parser cimport Parser
-from fastbean._wire cimport (
+from fastbean.engine.parser cimport Parser
+from fastbean.engine.wire cimport (
     Cmd, NAME_MAX, name_ok, Text, err_text,
     MSG_BAD_FORMAT, MSG_DRAINING, MSG_OUT_OF_MEMORY, MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND,
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
@@ -36,7 +36,7 @@ from fastbean._wire cimport (
 )
 
 
-# How far fastbean-clock-advance has moved the engine's clock (_testing.pxi);
+# How far fastbean-clock-advance has moved the engine's clock (testing.pxi);
 # always 0 without --testing.
 cdef int64_t clock_offset = 0
 
@@ -59,23 +59,23 @@ cdef inline int64_t wall_ns() noexcept nogil:
 
 
 # Structures first (they call nothing below them), then policy.
-include "_vec.pxi"
-include "_heap.pxi"
-include "_table.pxi"
-include "_mem.pxi"
-include "_wal.pxi"
-include "_job.pxi"
-include "_tube.pxi"
-include "_queue.pxi"
-include "_conn.pxi"
-include "_cmds.pxi"
-include "_run.pxi"
-include "_turn.pxi"
-include "_stats.pxi"
-include "_walg.pxi"
-include "_metrics.pxi"
-include "_testing.pxi"
-include "_check.pxi"
+include "vec.pxi"
+include "heap.pxi"
+include "table.pxi"
+include "mem.pxi"
+include "wal.pxi"
+include "job.pxi"
+include "tube.pxi"
+include "queue.pxi"
+include "conn.pxi"
+include "cmds.pxi"
+include "run.pxi"
+include "turn.pxi"
+include "stats.pxi"
+include "walg.pxi"
+include "metrics.pxi"
+include "testing.pxi"
+include "check.pxi"
 
 
 cdef class Core:
@@ -91,7 +91,7 @@ cdef class Core:
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
                  next_file=None, testing=False, drop_others=None, lease_over=None):
-        """Limits as the command line sets them, and the hooks (see _core.pxd),
+        """Limits as the command line sets them, and the hooks (see core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
         end_turn() called once the loop turn's reads are in; on_wake(reads)
@@ -100,7 +100,7 @@ cdef class Core:
         the next one too; ext_stats() returns more fastbean-stats lines;
         commit_soon() says records wait for take_wal(); next_file(need,
         replace) makes a binlog file at once when the spare is used up.
-        testing=True runs the test-only commands (_testing.pxi), whose
+        testing=True runs the test-only commands (testing.pxi), whose
         fastbean-reset calls drop_others(conn) to close every other
         connection and get their Conns. lease_over() says a command came
         after the end set by set_lease(). Without hooks (in-process tests)
@@ -140,7 +140,7 @@ cdef class Core:
         self.default_tube = tube_get(self, b"default", 7, True)
         tube_incref(self.default_tube)        # default is never freed
         # A new server gives back what start-up left once it has been idle
-        # for a moment, as after every busy spell (_mem.pxi).
+        # for a moment, as after every busy spell (mem.pxi).
         self.idle_reads = self.nreads
         self.idle_at = mono_ns() + IDLE_WAIT
         rearm(self)
@@ -166,7 +166,7 @@ cdef class Core:
 
     def end_turn(self):
         """The end of a loop turn that read something: the connections held
-        back for fairness run (see _turn.pxi), then one timer update for the
+        back for fairness run (see turn.pxi), then one timer update for the
         whole turn (the server then commits the binlog once)."""
         enter(self)
         if not self.turn_asked:         # ended already

@@ -1,4 +1,4 @@
-"""Type stubs of the binlog's native disk threads (_sync.pyx)."""
+"""Type stubs of the binlog's native disk threads (binlog/threads.pyx)."""
 import os
 from typing import Dict, List, Tuple, Union, final
 

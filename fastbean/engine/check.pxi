@@ -138,7 +138,7 @@ cdef void _probe_setpos(void *a, Py_ssize_t i) noexcept nogil:
 
 @cython.final
 cdef class HeapProbe:
-    """A Heap (_heap.pxi) of integer keys, for tests. push() returns a handle
+    """A Heap (heap.pxi) of integer keys, for tests. push() returns a handle
     that remove() and change() take; pop() returns the handle of the least key."""
     cdef Heap h
     cdef ProbeItem **items
@@ -204,7 +204,7 @@ cdef class HeapProbe:
 
 @cython.final
 cdef class TableProbe:
-    """A JobTable (_table.pxi) of bare jobs, for tests."""
+    """A JobTable (table.pxi) of bare jobs, for tests."""
     cdef JobTable t
 
     def __cinit__(self):

@@ -1,25 +1,25 @@
 # The queue engine's structures: jobs, tubes, connections and the engine
 # itself. Read this first; every field says what it holds, in what unit, and
-# who owns it. The code lives in _core.pyx (the Python-facing API) and the
+# who owns it. The code lives in core.pyx (the Python-facing API) and the
 # files it includes, one concern each:
 #
-#   _vec.pxi     growable arrays and the intrusive job list
-#   _heap.pxi    binary min-heap with positions kept in the elements
-#   _table.pxi   id -> job table with incremental resizing
-#   _mem.pxi     memory accounting, and giving memory back after a backlog
-#   _job.pxi     job allocation and lookup
-#   _tube.pxi    tubes: the registry, references, timers, the eligible set
-#   _queue.pxi   job state moves, matching jobs with waiting connections, due timers
-#   _conn.pxi    a connection's output, watch list, waiting, TTR margin, release
-#   _cmds.pxi    one function per command, and dispatch
-#   _run.pxi     running a connection's buffered commands; the end of each piece of work
-#   _turn.pxi    fair turns: which connection runs a read now, which at the end of the loop turn
-#   _stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
-#   _metrics.pxi reply latency per command family, and tube rows for the metrics endpoint
-#   _testing.pxi the test-only commands (fastbean-reset, fastbean-clock-advance)
-#   _wal.pxi     binlog records: beanstalkd's format version 7, encoding and replay parsing
-#   _walg.pxi    binlog space, files, migration, replayed jobs, replies held until durable
-#   _check.pxi   the invariants debug builds check after every command
+#   vec.pxi     growable arrays and the intrusive job list
+#   heap.pxi    binary min-heap with positions kept in the elements
+#   table.pxi   id -> job table with incremental resizing
+#   mem.pxi     memory accounting, and giving memory back after a backlog
+#   job.pxi     job allocation and lookup
+#   tube.pxi    tubes: the registry, references, timers, the eligible set
+#   queue.pxi   job state moves, matching jobs with waiting connections, due timers
+#   conn.pxi    a connection's output, watch list, waiting, TTR margin, release
+#   cmds.pxi    one function per command, and dispatch
+#   run.pxi     running a connection's buffered commands; the end of each piece of work
+#   turn.pxi    fair turns: which connection runs a read now, which at the end of the loop turn
+#   stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
+#   metrics.pxi reply latency per command family, and tube rows for the metrics endpoint
+#   testing.pxi the test-only commands (fastbean-reset, fastbean-clock-advance)
+#   wal.pxi     binlog records: beanstalkd's format version 7, encoding and replay parsing
+#   walg.pxi    binlog space, files, migration, replayed jobs, replies held until durable
+#   check.pxi   the invariants debug builds check after every command
 #
 # Sans-IO: the engine never touches a socket or a file. A connection hands it
 # bytes (Conn.feed), it runs every complete command in compiled code and
@@ -35,11 +35,11 @@ cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t
 from cpython.object cimport PyObject
 
-from fastbean._parser cimport Parser
+from fastbean.engine.parser cimport Parser
 
 
 # Reply latency is kept per command family (metrics.py names them; see
-# _metrics.pxi for which command is in which).
+# metrics.pxi for which command is in which).
 cdef enum:
     LAT_PUT = 0
     LAT_RESERVE = 1
@@ -51,7 +51,7 @@ cdef enum:
     LAT_OTHER = 7             # unknown commands, bad format
     LAT_FAMILIES = 8
     LAT_NONE = 8              # not timed: a put line (its body is), quit
-    LAT_BUCKETS = 21          # _hist.h's FB_LATENCY_BOUNDS + the +Inf bucket
+    LAT_BUCKETS = 21          # include/hist.h's FB_LATENCY_BOUNDS + the +Inf bucket
 
 
 cdef enum JobState:
@@ -96,7 +96,7 @@ ctypedef struct JobList:
 # Laid out to be small: a million jobs of 100 bytes cost less than in
 # beanstalkd (README, Benchmarks). Scalars first, packed; the binlog's list
 # link last, because an engine that never logs allocates its jobs without it
-# (JOB_SIZE_NO_WAL in _job.pxi): that tail is touched only for jobs a binlog
+# (JOB_SIZE_NO_WAL in job.pxi): that tail is touched only for jobs a binlog
 # file owns (wal_file != 0). The body follows the struct in the same block
 # (job_alloc), so a job costs one allocation and no object header.
 ctypedef struct Job:
@@ -246,13 +246,13 @@ cdef class Core:
     cdef readonly Py_ssize_t mem_used      # bytes of jobs held now
     cdef Py_ssize_t mem_peak               # most job bytes held since the last malloc_trim
     cdef bint trim_due                     # a backlog drained: trim on the next tick
-    cdef int64_t idle_at                   # mono ns to look whether the server is idle (_mem.pxi); INT64_MAX: not armed
+    cdef int64_t idle_at                   # mono ns to look whether the server is idle (mem.pxi); INT64_MAX: not armed
     cdef uint64_t idle_reads               # nreads when that look was armed
     cdef int batch_limit                   # commands per connection per run
     cdef readonly uint64_t mem_refused     # puts refused at the memory cap (metrics)
-    cdef readonly bint testing             # --testing: the test-only commands run (_testing.pxi)
+    cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
 
-    # Metrics (_metrics.pxi): reply latency per family as histogram bucket
+    # Metrics (metrics.pxi): reply latency per family as histogram bucket
     # counts (not cumulative) and sums.
     cdef uint64_t lat_hist[LAT_FAMILIES][LAT_BUCKETS]
     cdef int64_t lat_sum_ns[LAT_FAMILIES]
@@ -262,7 +262,7 @@ cdef class Core:
     cdef bytes instance_id
     cdef bytes hostname, os_version, machine, version
 
-    # Binlog (_walg.pxi). Python (binlog.py) owns the files; the engine
+    # Binlog (walg.pxi). Python (binlog.py) owns the files; the engine
     # encodes records into wba, keeps the space accounting and knows which
     # file holds what. binlog.py keeps the next file ready (the spare), so
     # the engine moves on to it in the middle of a command by itself.
@@ -297,7 +297,7 @@ cdef class Core:
     cdef int64_t lease_end            # INT64_MAX: no lease to keep (not replicated)
     cdef bint lease_told              # lease_over() called for this lease_end
 
-    # Fair turns (_turn.pxi): a read from a connection served in the last
+    # Fair turns (turn.pxi): a read from a connection served in the last
     # loop turn waits for the end of this one (Core.end_turn).
     cdef list turn                    # connections held back this turn
     cdef bint turn_asked              # end_turn_soon() called; end_turn() not yet
@@ -307,7 +307,7 @@ cdef class Core:
     cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began
 
     # Hooks, given once at construction. None of them calls back into the
-    # engine before it returns (debug builds check: _check.pxi).
+    # engine before it returns (debug builds check: check.pxi).
     cdef object arm                   # arm(delay_seconds): re-arm the loop timer
     # end_turn_soon(): have end_turn() called once this loop turn's reads
     # are in (server.py, or busypoll.py while it polls)
@@ -328,7 +328,7 @@ cdef class Core:
     # serving (replication.py, through server.py)
     cdef object lease_over
 
-    # Debug builds (_check.pxi).
+    # Debug builds (check.pxi).
     cdef uint64_t debug_cmds          # commands run: the structures are checked as they go
     cdef int in_hook                  # a hook is running: nothing may call into the engine
 
@@ -386,7 +386,7 @@ cdef class Conn:
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
     cdef Job *put_job                 # the put in progress, its body being read (in no structure yet)
 
-    # Reply latency (_metrics.pxi): commands run whose replies are not on
+    # Reply latency (metrics.pxi): commands run whose replies are not on
     # the wire yet, per family, and when the oldest read among them arrived.
     cdef int64_t read_ns              # mono ns, never moved by a test clock
     cdef uint32_t lat_pend[LAT_FAMILIES]

@@ -1,6 +1,6 @@
 # Binlog records, beanstalkd's format version 7 (reference notes §4.2-4.3):
 # encoding a job's record and reading records back. The files are
-# binlog.py's business, the space and ownership _walg.pxi's.
+# binlog.py's business, the space and ownership walg.pxi's.
 #
 # A file is an int32 version, then records: int32 name length, the tube name,
 # a Jobrec, and the body when the name length is not 0 (a full record: put,
@@ -21,7 +21,7 @@ cdef enum:
 cdef int32_t _version = WAL_VERSION
 # The first bytes of every binlog file (binlog.py writes them when it makes one),
 # and the most the engine writes into a new file before its first job record
-# (_walg.pxi's marker), which binlog.py sizes files for.
+# (walg.pxi's marker), which binlog.py sizes files for.
 FILE_HEADER = PyBytes_FromStringAndSize(<char *>&_version, WAL_HEADER)
 FILE_FIRST_RECORD = WAL_SHORT
 

@@ -10,7 +10,7 @@
 
 cimport cython
 
-from fastbean._wire cimport Cmd, LINE_MAX
+from fastbean.engine.wire cimport Cmd, LINE_MAX
 
 
 @cython.final

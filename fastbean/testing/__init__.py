@@ -11,16 +11,19 @@ import tempfile
 import time
 from fractions import Fraction
 
-from fastbean.config import TESTING_BIND_TRIES, TESTING_HOST, TESTING_START_TIMEOUT, TESTING_STOP_TIMEOUT
 from fastbean.errors import FastbeanError, ServerStartError
 
 __all__ = ["server", "Server", "Clock", "ServerStartError"]
 
+HOST = "127.0.0.1"
+START_TIMEOUT = 10.0            # seconds for a new server to answer
+STOP_TIMEOUT = 10.0             # seconds between SIGTERM and SIGKILL
+BIND_TRIES = 5                  # free ports tried when another process takes one first
 NS = 10 ** 9
 
 
-def server(*args, host=TESTING_HOST, port=None, unix_socket=None, binlog_dir=None,
-           testing=False, timeout=TESTING_START_TIMEOUT):
+def server(*args, host=HOST, port=None, unix_socket=None, binlog_dir=None,
+           testing=False, timeout=START_TIMEOUT):
     """Start `python -m fastbean` and return it running, as a Server.
 
     Use it in a with block, which stops it, or call stop() yourself.
@@ -108,7 +111,7 @@ class Server:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
-    def stop(self, timeout=TESTING_STOP_TIMEOUT):
+    def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM to its PID (SIGKILL after timeout seconds); returns its exit status."""
         proc = self._proc
         if proc is None:
@@ -143,7 +146,7 @@ class Server:
         return cmd + self.args
 
     def _start(self, timeout):
-        for attempt in range(TESTING_BIND_TRIES):
+        for attempt in range(BIND_TRIES):
             if not self.unix_socket and not self._port_given:
                 self.port = _free_port(self.host)
             cmd = self._command()
@@ -159,7 +162,7 @@ class Server:
                 # another process took the free port between our look and its bind
                 taken = os.strerror(errno.EADDRINUSE) in self.log
                 if taken and not self._port_given and not self.unix_socket \
-                        and attempt + 1 < TESTING_BIND_TRIES:
+                        and attempt + 1 < BIND_TRIES:
                     continue
                 raise ServerStartError("%s\ncommand: %s\n--- its stderr ---\n%s" % (
                     e, " ".join(cmd), self.log.rstrip())) from None
@@ -201,7 +204,7 @@ class Server:
             status = None if self._proc is None else self._proc.returncode
             raise FastbeanError("fastbean is not running (exit status %s)\n--- its stderr ---\n%s"
                                 % (status, self.log.rstrip()))
-        with self._connect(TESTING_STOP_TIMEOUT) as s, s.makefile("rb") as stream:
+        with self._connect(STOP_TIMEOUT) as s, s.makefile("rb") as stream:
             s.sendall(line + b"\r\n")
             reply = _reply_line(stream)
         if reply == b"UNKNOWN_COMMAND":

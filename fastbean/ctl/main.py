@@ -1,0 +1,238 @@
+"""fastbean-ctl: the admin command line for any beanstalk-protocol server
+(standard commands only): the arguments and the entry point."""
+import argparse
+import os
+import socket
+import sys
+
+from fastbean import __version__
+from fastbean.ctl.clear import cmd_clear
+from fastbean.ctl.client import PEEK_STATES, Client, ClientError, ConnectError, NotFound, ServerError, check_tube
+from fastbean.ctl.commands import (
+    UsageError,
+    _warn,
+    cmd_delete,
+    cmd_kick,
+    cmd_pause,
+    cmd_peek,
+    cmd_put,
+    cmd_stats,
+    cmd_top,
+    cmd_tubes,
+)
+from fastbean.ctl.defaults import (
+    ADDR,
+    EXIT_CONNECT,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_PROTOCOL,
+    EXIT_SERVER_ERROR,
+    EXIT_USAGE,
+    PORT,
+    PROG,
+    PUT_PRI,
+    PUT_TTR_S,
+    TIMEOUT_S,
+    TOP_INTERVAL_S,
+)
+
+UINT32_MAX = (1 << 32) - 1
+
+EPILOG = """\
+-l, -p, --timeout and --json may also follow the command.
+
+exit status:
+  0  done
+  1  not found: no such job or tube, or no job to peek
+  2  usage: bad arguments (tube name, job id, number...)
+  3  cannot connect to the server
+  4  the server answered an error (OUT_OF_MEMORY, DRAINING, JOB_TOO_BIG...)
+  5  the connection broke: closed or silent mid-reply, or the peer does not
+     speak the beanstalk protocol
+  6  clear left jobs in the tube (reserved by other clients, put meanwhile),
+     or the confirmation was declined
+  130  interrupted
+"""
+
+class ArgParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+# -- argument types: each raises ArgumentTypeError with the reason
+
+def _uint(what, low=0, high=UINT32_MAX):
+    def parse(text):
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError("not %s: %r" % (what, text))
+        return int(text)
+    parse.__name__ = what
+    return parse
+
+
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("not a number of seconds above 0: %r" % text)
+    return value
+
+
+def _tube(text):
+    try:
+        check_tube(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _port(text):
+    # like the server's -p: a number or a service name
+    if text.isdigit():
+        if not 0 < int(text) < 65536:
+            raise argparse.ArgumentTypeError("not a port number: %r" % text)
+        return int(text)
+    try:
+        return socket.getservbyname(text, "tcp")
+    except OSError:
+        raise argparse.ArgumentTypeError("unknown port: %r" % text) from None
+
+
+JOB_ID = _uint("a job id", 1, (1 << 64) - 1)
+
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-l", dest="addr", metavar="ADDR", default=argparse.SUPPRESS,
+                        help="server address, or unix:PATH for a UNIX socket "
+                             "(default: %s)" % ADDR)
+    common.add_argument("-p", dest="port", metavar="PORT", type=_port,
+                        default=argparse.SUPPRESS,
+                        help="server port, a number or a service name (default: %s)"
+                             % PORT)
+    common.add_argument("--timeout", metavar="SECONDS", type=_positive_seconds,
+                        default=argparse.SUPPRESS,
+                        help="give up connecting or waiting for a reply after SECONDS "
+                             "(default: %g)" % TIMEOUT_S)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON instead of text")
+
+    parser = ArgParser(prog=PROG, parents=[common], epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Inspect and manage a beanstalkd or fastbean server with "
+                                   "the standard protocol commands.")
+    parser.add_argument("--version", action="version", version="%s %s" % (PROG, __version__))
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name, func, help_text):
+        sub = commands.add_parser(name, parents=[common], help=help_text,
+                                  description=help_text[0].upper() + help_text[1:] + ".")
+        sub.set_defaults(func=func)
+        return sub
+
+    command("stats", cmd_stats, "server statistics, one per line")
+
+    sub = command("tubes", cmd_tubes, "one row of counts per tube")
+    sub.add_argument("tubes", metavar="TUBE", nargs="*", type=_tube,
+                     help="only these tubes (default: all)")
+
+    sub = command("top", cmd_top, "live view of the tubes with rates per second (q quits, "
+                                  "s changes the sort)")
+    sub.add_argument("-i", "--interval", metavar="SECONDS", type=_positive_seconds,
+                     default=TOP_INTERVAL_S,
+                     help="seconds between refreshes (default: %g)" % TOP_INTERVAL_S)
+    sub.add_argument("-n", "--iterations", metavar="N", type=_uint("a count", 1), default=0,
+                     help="stop after N refreshes (with --json: N samples, one JSON object "
+                          "per line)")
+
+    sub = command("peek", cmd_peek, "show the next job of a tube in a state, and its stats")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("state", metavar="STATE", choices=PEEK_STATES,
+                     help=", ".join(PEEK_STATES))
+    sub.add_argument("--raw", action="store_true",
+                     help="write only the job body, byte for byte")
+
+    sub = command("kick", cmd_kick, "kick up to N buried jobs of a tube (delayed ones if it "
+                                    "has no buried job) into the ready queue")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("bound", metavar="N", type=_uint("a count"))
+
+    sub = command("pause", cmd_pause, "stop handing out a tube's jobs for SECONDS "
+                                      "(0 ends a pause)")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("seconds", metavar="SECONDS", type=_uint("a number of seconds"))
+
+    sub = command("put", cmd_put, "put a job; the body is BODY, or stdin without it (or with -)")
+    sub.add_argument("body", metavar="BODY", nargs="?", default="-")
+    sub.add_argument("-t", "--tube", type=_tube, default="default",
+                     help="tube (default: default)")
+    sub.add_argument("--pri", type=_uint("a priority"), default=PUT_PRI,
+                     help="priority, 0 most urgent (default: %d)" % PUT_PRI)
+    sub.add_argument("--delay", metavar="SECONDS", type=_uint("a number of seconds"), default=0,
+                     help="seconds before the job is ready (default: 0)")
+    sub.add_argument("--ttr", metavar="SECONDS", type=_uint("a number of seconds"),
+                     default=PUT_TTR_S,
+                     help="seconds a worker may hold the job (default: %d)" % PUT_TTR_S)
+
+    sub = command("delete", cmd_delete, "delete jobs by id")
+    sub.add_argument("ids", metavar="ID", nargs="+", type=JOB_ID)
+
+    sub = command("clear", cmd_clear, "delete every ready, delayed and buried job of a tube, "
+                                      "after a confirmation")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+# -- entry point
+
+COMMON_DEFAULTS = {"addr": ADDR, "port": PORT, "timeout": TIMEOUT_S,
+                   "json": False}
+EXIT_FOR = [(UsageError, EXIT_USAGE), (NotFound, EXIT_NOT_FOUND),
+            (ServerError, EXIT_SERVER_ERROR), (ConnectError, EXIT_CONNECT),
+            (ClientError, EXIT_PROTOCOL)]
+
+
+def main(argv=None):
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+            # the connection options may come before or after the command, so their
+            # defaults are filled in here rather than by either parser
+            for name, default in COMMON_DEFAULTS.items():
+                if not hasattr(args, name):
+                    setattr(args, name, default)
+            if args.command == "put":
+                args.body_bytes = (sys.stdin.buffer.read() if args.body == "-"
+                                   else os.fsencode(args.body))
+
+            def connect():
+                return Client(args.addr, args.port, args.timeout)
+
+            if args.func is cmd_top:
+                return cmd_top(args, connect)
+            with connect() as client:
+                return args.func(args, client)
+        except UsageError as e:
+            _warn("%s (see %s -h)" % (e, PROG))
+            return EXIT_USAGE
+        except ClientError as e:
+            _warn(e)
+            return next(status for kind, status in EXIT_FOR if isinstance(e, kind))
+        except KeyboardInterrupt:
+            _warn("interrupted")
+            return EXIT_INTERRUPTED
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader of our output went away (`| head`): leave quietly, like cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
