@@ -117,8 +117,10 @@ class Binlog:
         seq, end = self._durability.good
         try:
             # ids go on after every id handed out, even one whose record the
-            # cut takes back (-f MS): no id is acknowledged twice
-            removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id))
+            # cut takes back (-f MS): no id is acknowledged twice. The marker
+            # names the next id, one no job can have: a marker is a delete
+            # record to replay, and the newest job may well be on disk.
+            removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id + 1))
         except OSError as e:
             raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
                               % (seq, end, e.strerror)) from None

@@ -68,7 +68,8 @@ cdef void rec_fill_marker(Jobrec *r, uint64_t max_id, int64_t wall) noexcept:
 
 def id_marker(uint64_t max_id):
     """The record that keeps ids going on after max_id when no job's record
-    says so (the marker a new file starts with), for a file cut back."""
+    says so (the marker a new file starts with), for a file cut back. It is
+    a delete record of job max_id: replay drops that job if it has it."""
     cdef char buf[WAL_SHORT]
     cdef int32_t namelen = 0
     memcpy(buf, &namelen, 4)
