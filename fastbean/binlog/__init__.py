@@ -24,13 +24,12 @@ restart would. Nothing is ever written after a gap.
 """
 import logging
 import os
-import time
 
 from fastbean.binlog.durability import Durability
-from fastbean.binlog.files import Directory, blocks
-from fastbean.binlog.threads import ZeroFill
+from fastbean.binlog.files import Directory
+from fastbean.binlog.fileset import FileSet
 from fastbean.config import DEFAULT_FSYNC_MS
-from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER, id_marker
+from fastbean.engine.core import FILE_FIRST_RECORD, id_marker
 from fastbean.errors import BinlogError
 from fastbean.logs import event
 from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
@@ -49,32 +48,32 @@ class Binlog:
         self.fsync = fsync
         self.fsync_ms = fsync_ms
         self.on_failure = on_failure
-        self.errors = 0             # failures so far
         self.replayed = None        # (files, jobs, seconds, bytes dropped) once open
+        self._errors = 0            # failed writes and fsyncs so far
         self._reset()
 
     def _reset(self):
         self.core = None
-        self.cur = None             # the File being written
-        self.sizes = {}             # seq -> bytes on disk, older files only
-        self.closed_bytes = 0       # bytes of the older files the engine still needs
-        self.leaving_bytes = 0      # bytes of those it no longer needs, still on disk (Reclaim)
-        self._ready = {}            # seq -> File made, not yet current (the spare and later ones)
-        self._spare = 0             # the number of the file the engine has as its spare; 0 if none
-        self._fill_spare = 0        # the number of the file the zero-filler fills next; 0 if none
-        self._next_seq = 1          # the number the next new file gets
-        self._alloc_failed = False  # the last attempt to make a file failed (logged once)
-        self.failing = False        # the disk refuses new files, or a write or fsync failed
         self.failed = None          # what failed for good (write, fsync, finish): nothing more is written
+        self.fileset = FileSet(self.dir, self.max_size,
+                              zero_fill=self.fsync and self.fsync_ms == 0 and self.loop is not None)
         self._turn = TurnCommit(self.loop, self.commit)
-        self._reclaim = Reclaim(self._remove)
+        self._reclaim = Reclaim(self.fileset.remove)
         self._durability = Durability(self.loop, self.fsync and self.loop is not None, self.fsync_ms,
                                       self._durable, self._sync_failed)
-        self._filler = None         # ZeroFill, with -f 0 (see binlog/threads.pyx)
 
     @property
     def path(self):
         return self.dir.path
+
+    @property
+    def failing(self):
+        """The disk refuses new files, or a write or fsync failed (not yet rebuilt)."""
+        return self.failed is not None or self.fileset.failing
+
+    @property
+    def errors(self):
+        return self._errors + self.fileset.errors
 
     # -- start-up ---------------------------------------------------------------
 
@@ -106,6 +105,7 @@ class Binlog:
     def reopen(self, core):
         """Replay the repaired files into core (a new engine), as a restart
         would, and go on writing after them; yields as opening() does."""
+        self._errors += self.fileset.errors
         self._reset()
         yield from self._replay(core)
 
@@ -113,7 +113,8 @@ class Binlog:
         # Records past the last good fsync may not be on disk (for -F: past
         # the last whole commit), but the page cache would still show them to
         # a replay: the files end there, on disk too.
-        self._abandon()
+        self._durability.stop()
+        self.fileset.abandon()
         seq, end = self._durability.good
         try:
             # ids go on after every id handed out, even one whose record the
@@ -130,64 +131,20 @@ class Binlog:
 
     def _replay(self, core):
         self.core = core
-        seqs = self.dir.existing()
-        t0 = time.monotonic()
-        dropped = missing = 0
-        if seqs:
-            total = seqs[-1] - seqs[0] + 1
-            for seq in range(seqs[0], seqs[-1] + 1):
-                try:
-                    with open(self.dir.file_path(seq), "rb") as f:
-                        data = f.read()
-                except FileNotFoundError:
-                    event(logging.WARNING, "binlog-missing", "binlog.%(file)d is missing; continuing",
-                          file=seq)
-                    missing += 1
-                    data = b""
-                except OSError as e:
-                    raise BinlogError("cannot read binlog.%d: %s" % (seq, e.strerror)) from None
-                records, end, reason = core.replay(data, seq)
-                if reason is not None:
-                    lost = len(data) - end
-                    dropped += lost
-                    event(logging.WARNING, "replay-dropped",
-                          "binlog.%(file)d: %(reason)s: %(bytes)d bytes after record %(records)d "
-                          "not replayed; you may be missing data",
-                          file=seq, reason=reason, bytes=lost, records=records)
-                # Count the records, not the file: a file left by a crash is still
-                # its full preallocated size, and taking those zeros for dead
-                # records would re-log every replayed job at once (beanstalkd
-                # does not, and binlog-records-written would show it).
-                self.sizes[seq] = end
-                self.closed_bytes += end
-                yield seq - seqs[0] + 1, total
-            self._next_seq = seqs[-1] + 1
-        jobs = core.replay_finish()
-        seconds = time.monotonic() - t0
-        self.replayed = (len(seqs), jobs, seconds, dropped)
-        if seqs:
-            event(logging.INFO, "replay",
-                  "replayed %(jobs)d jobs from %(files)d binlog files in %(seconds).3f s"
-                  + (", %(dropped_bytes)d bytes dropped" if dropped else "")
-                  + (", %(missing_files)d files missing" if missing else ""),
-                  jobs=jobs, files=len(seqs), seconds=round(seconds, 3), dropped_bytes=dropped,
-                  missing_files=missing, directory=self.path)
-        if self.fsync and self.fsync_ms == 0 and self.loop is not None:
-            # Group commits wait on every fdatasync: keep them to overwrites.
-            self._filler = ZeroFill()
+        self.replayed = yield from self.fileset.replay(core)
         live, resv, used, cap, nfiles = core.wal_status()
-        first = self._make(resv + FILE_FIRST_RECORD)
+        first = self.fileset.make(resv + FILE_FIRST_RECORD)
         if first is None:
             raise BinlogError("cannot create a binlog file in %s" % self.path)
         core.wal_start(first.seq, first.cap, first.used)
-        self._make_current(first.seq)
+        self.fileset.make_current(first.seq)
         self._durability.start((first.seq, first.used))
         self._durability.file(self.dir.file_path(first.seq))
         # The engine's first record (the highest id so far) is on disk before
         # older files can go.
         self._write_segments(*core.take_wal())
-        self._offer_spare(core.wal_status()[1])
-        self._reclaim.add(self._collect(), core.logged)
+        self.fileset.offer_spare(core, core.wal_status()[1])
+        self._reclaim.add(self.fileset.collect(core), core.logged)
 
     # -- the Sink the engine's hooks reach (they never call into it) ---------------
 
@@ -207,11 +164,11 @@ class Binlog:
         if self.failed is not None:
             return None
         if replace:
-            self._discard(replace)
-        f = self._make(need)
+            self.fileset.discard(replace)
+        f = self.fileset.make(need)
         if f is None:
             return None
-        self._spare = f.seq
+        self.fileset.spare_made(f)
         return f.seq, f.cap, f.used
 
     def commit(self):
@@ -223,131 +180,33 @@ class Binlog:
         if self.failed is not None:
             return
         live, resv, used, cap, nfiles = self.core.wal_status()
-        self._offer_spare(resv)
+        self.fileset.offer_spare(self.core, resv)
         if nfiles > 1:                  # with one file there is nothing to reclaim
             self._maintain()
         self._reclaim.durable(self._durability.synced_seq)
 
-    # -- files ------------------------------------------------------------------
-
-    def _make(self, need, cap=0):
-        # A new preallocated file, binlog.<_next_seq>, with its header: room
-        # for -s bytes of new records beyond `need` (the room kept for the
-        # live jobs' deletes), or cap bytes. None when the disk cannot give one.
-        seq = self._next_seq
-        cap = blocks(cap or self.max_size + need + len(FILE_HEADER))
-        try:
-            f = self.dir.make(seq, cap, fill=self._filler is not None)
-        except OSError as e:
-            if not self._alloc_failed:      # a full disk fails every attempt: say it once
-                self._alloc_failed = self.failing = True
-                self.errors += 1
-                event(logging.ERROR, "binlog-error", "cannot create or allocate %(bytes)d bytes "
-                      "for %(path)s: %(error)s; changes are refused until there is room",
-                      op="allocate", bytes=cap, path=self.dir.file_path(seq), error=e.strerror)
-            return None
-        if self._alloc_failed:
-            self._alloc_failed = self.failing = False
-            event(logging.WARNING, "binlog-recovered", "binlog files can be made again "
-                  "(%(errors)d errors so far)", errors=self.errors)
-        self._ready[seq] = f
-        self._next_seq += 1
-        return f
-
-    def _discard(self, seq):
-        # A made file nothing was written to, the newest one: gone again.
-        f = self._ready.pop(seq)
-        if seq == self._fill_spare:
-            self._filler.spare(-1, 0, 0)
-            self._fill_spare = 0
-        self.dir.discard(f)
-        if seq == self._spare:
-            self._spare = 0
-        self._next_seq = seq
-
-    def _offer_spare(self, resv):
-        # Keep a spare ready, big enough for -s bytes beyond the deletes the
-        # engine keeps room for (resv), with an eighth to spare for their growth.
-        need = resv + resv // 8 + FILE_FIRST_RECORD
-        if self._spare:
-            f = self._ready[self._spare]
-            if f.cap - f.used >= self.max_size + resv + FILE_FIRST_RECORD:
-                return
-            self._discard(self._spare)      # the backlog outgrew it
-        f = self._make(need)
-        if f is None:
-            return                          # the engine asks again when it needs one
-        self._spare = f.seq
-        if self._filler is not None:
-            self._filler.spare(f.fill_fd, f.used, f.cap)
-            f.fill_fd = -1
-            self._fill_spare = f.seq
-        self.core.wal_spare(f.seq, f.cap, f.used)
-
-    def _make_current(self, seq):
-        f = self.cur = self._ready.pop(seq)
-        if self._filler is not None:
-            if seq == self._fill_spare:
-                self._filler.promote()
-                self._fill_spare = 0
-            else:
-                err = self._filler.take_error()
-                if err:
-                    event(logging.WARNING, "binlog-zero-fill-failed",
-                          "writing zeros ahead of the records of binlog.%(file)d failed: "
-                          "%(error)s; its fsyncs stay slower", file=seq - 1, error=os.strerror(err))
-                self._filler.file(f.fill_fd, f.used, f.cap)
-            f.fill_fd = -1
-        if seq == self._spare:
-            self._spare = 0
-
-    def _finish(self):
-        # The current file stops being current: cut the unused preallocation,
-        # have it synced (on a sync thread: its last records get no other
-        # fsync). Its records are all written.
-        f = self.cur
-        try:
-            os.ftruncate(f.fd, f.used)
-            self._durability.finish(f.fd)
-        except OSError as e:
-            self._fail("finish", "finishing binlog.%(file)d: %(error)s", file=f.seq, error=e.strerror)
-        f.close()
-        self.cur = None
-        self.sizes[f.seq] = f.used
-        self.closed_bytes += f.used
-
     def _write_segments(self, segments, seq):
         # Each segment to its file, moving on to the next file where the
         # engine did; then the records up to seq are written.
+        files = self.fileset
         for file_seq, data in segments:
-            if file_seq != self.cur.seq:
-                self._finish()
-                if self.failed is not None:
+            if file_seq != files.cur.seq:
+                done = files.cur.seq
+                try:
+                    files.finish(self._durability.finish)
+                except OSError as e:
+                    self._fail("finish", "finishing binlog.%(file)d: %(error)s", file=done, error=e.strerror)
                     return
-                self._make_current(file_seq)
+                files.make_current(file_seq)
                 self._durability.file(self.dir.file_path(file_seq))
-            if data and not self._write(data):
-                return
-        self._durability.written(seq, (self.cur.seq, self.cur.used))
-
-    def _write(self, data):
-        f = self.cur
-        if self._filler is not None:
-            self._filler.claim(f.used + len(data))
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.pwrite(f.fd, view, f.used)
-            except InterruptedError:
-                continue
-            except OSError as e:
-                # The space was preallocated, so this is a device error.
-                self._fail("write", "binlog write to binlog.%(file)d failed: %(error)s",
-                           file=f.seq, error=e.strerror)
-                return False
-            f.used += n
-            view = view[n:]
-        return True
+            if data:
+                try:
+                    files.write(data)
+                except OSError as e:
+                    self._fail("write", "binlog write to binlog.%(file)d failed: %(error)s",
+                               file=file_seq, error=e.strerror)
+                    return
+        self._durability.written(seq, (files.cur.seq, files.cur.used))
 
     # -- durability and failure -------------------------------------------------------
 
@@ -358,7 +217,7 @@ class Binlog:
         self._reclaim.durable(self._durability.synced_seq)
 
     def _sync_failed(self, err):
-        f = self.cur
+        f = self.fileset.cur
         self._fail("fsync", "fsync of binlog.%(file)d failed: %(error)s",
                    file=f.seq if f is not None else 0, error=os.strerror(err))
 
@@ -369,51 +228,25 @@ class Binlog:
         if self.failed is not None:
             return
         self.failed = op
-        self.failing = True
-        self.errors += 1
+        self._errors += 1
         self._turn.cancel()
         event(logging.ERROR, "binlog-error", text + "; no more records are written",
               op=op, **fields)
         if self.on_failure is not None and self.loop is not None:
             self.loop.call_soon(self.on_failure, op)
 
-    def _abandon(self):
-        # Stop using the files, writing nothing: the threads, the open files.
-        self._durability.stop()
-        if self._filler is not None:
-            self._filler.stop()
-            self._filler = None
-        for f in list(self._ready.values()) + [self.cur]:
-            if f is not None:
-                f.close()
-
     # -- reclaiming -----------------------------------------------------------
 
     def _maintain(self):
         # Reclaim files no live job needs; when most of the disk is dead
         # records, re-log the oldest file's jobs forward, a batch per turn.
-        core = self.core
-        gone = self._collect()
+        core, files = self.core, self.fileset
+        gone = files.collect(core)
         live, resv, used, cap, nfiles = core.wal_status()
-        if compaction_due(self.closed_bytes, used, live, resv, self.max_size, nfiles):
+        if compaction_due(files.closed_bytes, used, live, resv, self.max_size, nfiles):
             if core.wal_migrate(MIGRATE_BATCH):
-                gone += self._collect()
+                gone += files.collect(core)
         self._reclaim.add(gone, core.logged)
-
-    def _collect(self):
-        # Files the engine no longer needs: they stop counting for compaction
-        # at once, and leave the disk when Reclaim says.
-        gone = self.core.wal_collect()
-        for seq in gone:
-            size = self.sizes.get(seq, 0)
-            self.closed_bytes -= size
-            self.leaving_bytes += size
-        return gone
-
-    def _remove(self, seqs):
-        for seq in seqs:
-            self.leaving_bytes -= self.sizes.pop(seq, 0)
-        self.dir.remove(seqs)
 
     # -- shutdown ---------------------------------------------------------------
 
@@ -422,7 +255,7 @@ class Binlog:
         spare left. After a failure the files are cut back to what is on disk
         instead, so that the next start replays nothing the disk may not hold."""
         self._turn.cancel()
-        if self.failed is None and self.cur is not None:
+        if self.failed is None and self.fileset.cur is not None:
             self._write_segments(*self.core.take_wal())
         if self.failed is None and self._durability.stop():
             self._sync_failed(self._durability.last_error)
@@ -437,12 +270,8 @@ class Binlog:
         self.dir.unlock()
 
     def _close_files(self):
-        for seq in sorted(self._ready, reverse=True):
-            self._discard(seq)
-        if self._filler is not None:
-            self._filler.stop()
-            self._filler = None
-        f = self.cur
+        self.fileset.close_spares()
+        f = self.fileset.cur
         if f is None:
             return
         try:
@@ -454,21 +283,19 @@ class Binlog:
             return
         self._durable(self._durability.written_seq)
         f.close()
-        self.cur = None
+        self.fileset.cur = None
 
     # -- health and metrics -------------------------------------------------------
 
     @property
     def files(self):
-        return sorted(self.sizes) + ([self.cur.seq] if self.cur is not None else [])
+        return self.fileset.files
 
     @property
     def disk_bytes(self):
         """Bytes the files take: the older ones as written, the current one and
         the ones made ahead of use (the spare) as allocated."""
-        current = self.core.wal_status()[3] if self.cur is not None else 0
-        return (self.closed_bytes + self.leaving_bytes + current
-                + sum(f.cap for f in self._ready.values()))
+        return self.fileset.disk_bytes(self.core.wal_status()[3] if self.core is not None else 0)
 
     def histograms(self):
         """The sync threads' fsync-latency and group-commit histograms, or None

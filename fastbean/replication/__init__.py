@@ -38,16 +38,12 @@ import socket
 import time
 import uuid
 
-from fastbean.binlog.mirror import Mirror
-from fastbean.engine.core import FILE_HEADER
 from fastbean.errors import BinlogError, ReplicationError
 from fastbean.logs import event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
 from fastbean.replication.link import Deposed, Link, Quiet, Unavailable
-from fastbean.replication.parts import Parts
-from fastbean.replication.publisher import Publisher
-from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
+from fastbean.replication.log import StreamLog
 
 POLL = 0.25                 # seconds between a standby's looks at the stream and the lease
 LEASE_RETRY = 0.25          # seconds between tries to renew a lease NATS did not answer for
@@ -63,8 +59,9 @@ class Role(enum.Enum):
 
 
 class Replicator:
-    """This node's side of replication: the server's Sink (fastbean.wal) and
-    the state of its role."""
+    """This node's role: when it follows, takes over, serves, suspends or
+    rebuilds. The records themselves go through `log` (log.py), which is
+    the server's Sink."""
 
     def __init__(self, server, config):
         self.server = server
@@ -74,46 +71,38 @@ class Replicator:
         self.max_job_size = config.max_job_size
         self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl)
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
-        self.parts = Parts(config.binlog_size)
-        self.publisher = Publisher(self.link, self.loop, self.timeout, lambda: self.applied,
-                                   self._acked, self._deposed_by_writer, self._wake_up)
-        self.follower = Follower(self.link, self._apply)
-        self.mirror = None          # -b: a local mirror of the stream
-        if config.binlog_dir is not None:
-            self.mirror = Mirror(self.loop, config.binlog_dir, config.replicate_stream, config.fsync,
-                                 config.fsync_ms, self._local_durable, self._local_failed)
-        self._turn = TurnCommit(self.loop, self.commit)
-        self._reclaim = Reclaim(self._reclaimed)
+        self.log = StreamLog(server, self.link, config, self._deposed_by_writer, self._wake_up,
+                             self._local_failed)
+        self.publisher = self.log.publisher
+        self.follower = Follower(self.link, self.log.apply)
         self.role = Role.STARTING
         self.gen = 0
-        self.applied = 0            # stream sequence of the last message applied or stored
-        self.engine_part = 0        # the newest part the engine has (next_file gave it)
-        self.part_caps = {}         # part -> bytes the engine may fill, until it starts
-        self.local_seq = 0          # engine records the local mirror has made durable
-        self.remote_seq = 0         # engine records JetStream has stored
-        self._why_not = None        # the reason the primary stopped serving, or must rebuild
-        self._rebuild_why = None
+        self._why_not = None        # why the primary stopped serving
+        self._rebuild_why = None    # why it must rebuild from the stream
         self._wake = asyncio.Event()
         self._deadline = None       # timer: the end of the lease's validity
         self._task = None
-        self._purging = None
         self._standby_errors = Quiet("standby-error", "replication: standby: %(error)s")
         self._lease_errors = Quiet("lease-renew-failed", "replication: renewing the lease failed "
                                    "(valid for %(left).1f s more): %(error)s")
         # fastbean-stats
         self.takeovers = self.resyncs = self.suspensions = 0
 
+    @property
+    def mirror(self):
+        return self.log.mirror
+
     # -- start, stop ----------------------------------------------------------
 
     def start(self):
-        if self.mirror is not None:
-            self.mirror.open()
+        if self.log.mirror is not None:
+            self.log.mirror.open()
         self._task = self.loop.create_task(self._run())
 
     async def finish(self, grace):
         """Shutdown: publish what is queued (up to `grace` s), hand the lease on."""
         if self.role is Role.PRIMARY:
-            self.commit()
+            self.log.commit()
             deadline = time.monotonic() + grace
             while self.publisher.busy and time.monotonic() < deadline and self.role is Role.PRIMARY:
                 await asyncio.sleep(0.01)
@@ -176,7 +165,7 @@ class Replicator:
                     await self.follower.stop()
                     self._rebuild("the stream does not go on from where this node got to")
                 if not self.follower.following:
-                    await self.follower.start(self.applied)
+                    await self.follower.start(self.log.applied)
                 await asyncio.sleep(POLL)
                 try:
                     if await self._ready_to_lead():
@@ -189,12 +178,12 @@ class Replicator:
 
     async def _ready_to_lead(self):
         first, last, messages = await self.link.last_seq()
-        if messages == 0 and self.applied < last:
-            self.applied = self.follower.applied = last      # purged to the end: nothing to apply
-        if self.applied < last:
+        if messages == 0 and self.log.applied < last:
+            self.log.applied = self.follower.applied = last      # purged to the end: nothing to apply
+        if self.log.applied < last:
             if self.follower.stuck():
                 event(logging.WARNING, "follower-stuck", "replication: follower stuck at %(applied)d "
-                      "of %(last)d; following again", applied=self.applied, last=last)
+                      "of %(last)d; following again", applied=self.log.applied, last=last)
                 await self.follower.stop()
             return False
         self.follower.progress = time.monotonic()
@@ -207,46 +196,13 @@ class Replicator:
         # still this node's after a rebuild: renewed, its time starts now
         return bool(holder) and await self.lease.renew() not in (LOST, AGAIN)
 
-    def _apply(self, seq, part, data):
-        # One message of the stream, applied as replay applies a file's
-        # records: the engine's jobs stay in replay until takeover.
-        core = self.server.core
-        if part != self.parts.current:
-            if part < self.parts.current:
-                event(logging.ERROR, "stream-part-back", "replication: message %(seq)d goes back to "
-                      "part %(part)d from %(current)d", seq=seq, part=part, current=self.parts.current)
-                self.follower.gap = True
-                return
-            # parts are numbered on; one without messages was empty
-            for empty in range(self.parts.current + 1 if self.parts.current else part, part):
-                core.replay(FILE_HEADER, empty)
-                self._mirror_part(empty, 0)
-            self.parts.start(part)
-            self._mirror_part(part, 0)
-        if self.mirror is not None:
-            self.mirror.write(data)
-        count, end, reason = core.replay(FILE_HEADER + data, part)
-        if reason is not None:
-            event(logging.ERROR, "stream-records-dropped", "replication: message %(seq)d: %(reason)s: "
-                  "%(bytes)d bytes after record %(records)d not applied", seq=seq, reason=reason,
-                  bytes=len(data) + len(FILE_HEADER) - end, records=count)
-        self.parts.add(part, seq, len(data))
-        self.applied = seq
-        gone = core.wal_collect()
-        self.parts.unneeded(gone)
-        self._reclaimed(gone)                   # applied records are in the stream already
-
-    def _mirror_part(self, part, cap):
-        if self.mirror is not None:
-            self.mirror.part(part, cap)
-
     # -- takeover, leading ------------------------------------------------------------
 
     async def _take_over(self):
         """The fence: the first message of a new part. Success makes this node
         the primary."""
         gen = self.gen
-        part = self.parts.current + 1
+        part = self.log.parts.current + 1
         try:
             seq = await self.publisher.fence(part, give_up=self.timeout)
         except Deposed:
@@ -254,22 +210,12 @@ class Replicator:
             return False
         if seq is None or gen != self.gen:
             return False
-        core = self.server.core
         t0 = time.monotonic()
-        jobs = core.replay_finish()
-        placed = time.monotonic() - t0
-        self.parts.start(part)
-        self._acked(part, 0, seq, 0)
-        live, resv, used, cap, nparts = core.wal_status()
-        cap = self.parts.capacity(resv)
-        self.engine_part = part
-        self._mirror_part(part, cap)
-        core.set_wal_piece(self.publisher.max_payload)
-        core.wal_start(part, cap, 0)
+        jobs = self.log.begin(part, seq)
         self.takeovers += 1
         event(logging.WARNING, "primary", "replication: %(node)s is the primary: %(jobs)d jobs, stream "
               "at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
-              seq=self.applied, seconds=placed)
+              seq=self.log.applied, seconds=time.monotonic() - t0)
         return True
 
     async def _lead(self):
@@ -280,7 +226,6 @@ class Replicator:
         self._rebuild_why = None
         self._lease_renewed()
         self.server.set_serving(True)
-        self.commit()               # the engine's first record in its part
         keeper = self.loop.create_task(self._keep_lease(gen))
         try:
             while self._rebuild_why is None:
@@ -314,13 +259,13 @@ class Replicator:
         # Everything logged is stored and the lease is renewed: fence in the
         # current part (nobody appended meanwhile), then serve again.
         try:
-            seq = await self.publisher.fence(self.parts.current, give_up=self.timeout)
+            seq = await self.publisher.fence(self.log.parts.current, give_up=self.timeout)
         except Deposed:
             self._deposed_by_writer()
             return
         if seq is None or gen != self.gen or self.role is not Role.SUSPENDED:
             return
-        self._acked(self.parts.current, 0, seq, 0)
+        self.log.fenced(seq)
         self.role = Role.PRIMARY
         self._why_not = None
         event(logging.WARNING, "resumed", "replication: %(node)s serves again", node=self.name)
@@ -385,130 +330,14 @@ class Replicator:
     def _rebuild(self, why):
         """Start again from the stream: a new engine, an empty mirror."""
         self.gen += 1
-        self.publisher.stop()
         self.server.set_serving(False)
         self.role = Role.STANDBY
         self.resyncs += 1
         event(logging.WARNING, "resync", "replication: %(why)s: rebuilding the queue from the stream",
               why=why)
-        self._turn.cancel()
-        self._reclaim.clear()
-        if self._purging is not None:
-            self._purging.cancel()
-            self._purging = None
         self.server.reset_core()
-        if self.mirror is not None:
-            self.mirror.reset()
-        self.applied = self.follower.applied = 0
-        self.parts.reset()
-        self.engine_part = self.local_seq = self.remote_seq = 0
-        self.part_caps.clear()
-
-    # -- the Sink: the engine's records, while primary (server.py passes them on) ---------
-
-    def schedule(self):
-        self._turn.schedule()
-
-    def end_of_turn(self):
-        self._turn.end_of_turn()
-
-    def commit(self):
-        """The turn's records: published now, or with everything gathered
-        meanwhile once the publish in flight is stored."""
-        if self.role in (Role.PRIMARY, Role.SUSPENDED) and not self.publisher.busy:
-            self._take()
-            self.publisher.send()
-
-    def next_file(self, need, replace):
-        """The current part is full: the next part for the engine to go on in,
-        as (part, room, bytes used); its records start there in take_wal().
-        (No spare is ever offered: replace is 0.)"""
-        if self.role is not Role.PRIMARY:
-            return None
-        self.engine_part += 1
-        cap = self.part_caps[self.engine_part] = self.parts.capacity(need)
-        return self.engine_part, cap, 0
-
-    def _take(self):
-        # The engine's records, in pieces no bigger than a message; a part the
-        # engine went on to starts here (and its mirror file with -b).
-        segments, records = self.server.core.take_wal()
-        taken = False
-        for part, data in segments:
-            if part != self.parts.current:
-                self.parts.start(part)
-                self._mirror_part(part, self.part_caps.pop(part, 0))
-            if data:
-                taken = True
-                if self.mirror is not None:
-                    self.mirror.write(data)
-                self.publisher.push(part, bytes(data))
-        if taken:
-            self.publisher.mark(records)
-            if self.mirror is not None:
-                self.mirror.written(records)
-
-    def _acked(self, part, size, seq, records):
-        self.applied = seq
-        self.parts.add(part, seq, size)
-        if records:
-            self.remote_seq = records
-            self._release()
-        if not self.publisher.queue and self.role in (Role.PRIMARY, Role.SUSPENDED):
-            self._take()
-        if size:
-            self._maintain()
-        self._wake_up()
-
-    def _local_durable(self, seq):
-        self.local_seq = max(self.local_seq, seq)
-        self._release()
-
-    def _release(self):
-        # A reply goes once its records are in the stream (and on the local disk, with -b).
-        seq = self.remote_seq if self.mirror is None else min(self.remote_seq, self.local_seq)
-        if seq and self.role in (Role.PRIMARY, Role.SUSPENDED):
-            self.server.core.set_durable(seq)
-            # parts go once what made them unneeded is stored (and synced here)
-            self._reclaim.durable(seq if self.mirror is None else min(seq, self.mirror.synced))
-
-    def _maintain(self):
-        # As the binlog does with files: the parts no live job needs go (once
-        # what made them unneeded is stored), and when most of the stream is
-        # dead records, the oldest part's jobs are logged again, a batch per message.
-        core = self.server.core
-        gone = core.wal_collect()
-        self.parts.unneeded(gone)
-        live, resv, used, cap, nparts = core.wal_status()
-        if compaction_due(self.parts.closed_bytes, used, live, resv, self.parts.size, nparts):
-            more = core.wal_migrate(MIGRATE_BATCH) and core.wal_collect()
-            if more:
-                self.parts.unneeded(more)
-                gone += more
-        self._reclaim.add(gone, core.logged)
-
-    def _reclaimed(self, parts):
-        if not parts:
-            return
-        self.parts.forget(parts)
-        if self.mirror is not None:
-            self.mirror.remove(parts)
-        if self.role in (Role.PRIMARY, Role.SUSPENDED):
-            keep = self.parts.keep_from()
-            if keep > self.parts.purged and self._purging is None:
-                self._purging = self.loop.create_task(self._purge(self.gen, keep))
-
-    async def _purge(self, gen, keep):
-        try:
-            await self.link.purge(keep)
-            if gen == self.gen:
-                self.parts.purged = max(self.parts.purged, keep)
-        except Unavailable as e:
-            event(logging.WARNING, "purge-failed", "replication: purging the stream below %(seq)d: "
-                  "%(error)s", seq=keep, error=str(e))
-        finally:
-            if gen == self.gen:
-                self._purging = None
+        self.log.reset()
+        self.follower.applied = 0
 
     # -- health and fastbean-stats -------------------------------------------------------
 
@@ -525,6 +354,6 @@ class Replicator:
                 b"replication-part: %d\nreplication-publishes: %d\nreplication-retries: %d\n"
                 b"replication-takeovers: %d\nreplication-resyncs: %d\nreplication-stalled: %d\n"
                 b"replication-suspensions: %d\n"
-                % (self.role.value.encode(), self.name.encode(), self.applied, self.parts.current,
+                % (self.role.value.encode(), self.name.encode(), self.log.applied, self.log.parts.current,
                    self.publisher.published, self.publisher.retries, self.takeovers, self.resyncs,
                    self.publisher.stalled, self.suspensions))

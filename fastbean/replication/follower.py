@@ -1,5 +1,6 @@
 """A standby's side of the stream: its messages, in order, handed to
-apply(seq, part, data) as the stream grows (an ordered push consumer).
+apply(seq, part, data) as the stream grows (an ordered push consumer);
+apply returns False for a message that does not follow on.
 
 A message that does not follow the last one applied (the stream was
 purged past where this node had got to) sets `gap`: the node then rebuilds
@@ -57,6 +58,8 @@ class Follower:
                   "the stream was purged past this node", seq=seq, applied=self.applied)
             self.gap = True
             return
-        self.apply(seq, part, data)
+        if self.apply(seq, part, data) is False:
+            self.gap = True
+            return
         self.applied = seq
         self.progress = time.monotonic()

@@ -60,8 +60,9 @@ class Server:
         self.binlog = self.replicator = self._wal = None
         if config.replicate:
             from fastbean.replication import Replicator  # imports nats: only when replicating
-            self.replicator = self._wal = Replicator(self, config)
-            self.binlog = self.replicator.mirror
+            self.replicator = Replicator(self, config)
+            self._wal = self.replicator.log
+            self.binlog = self.replicator.log.mirror
         elif config.binlog_dir is not None:
             self.binlog = self._wal = Binlog(loop, config.binlog_dir, config.binlog_size,
                                              fsync=config.fsync, fsync_ms=config.fsync_ms,

@@ -1,0 +1,229 @@
+"""The binlog's files as the engine uses them: replayed at start, the one
+being written (cur), the spare made ahead for when it is full, the older
+ones on disk (their sizes, which compaction counts), and with -f 0 the
+zero-filler that keeps the bytes just ahead of the records written
+(binlog/threads.pyx).
+
+Every file is preallocated (beanstalkd's rule: a full disk refuses a put
+but never a delete). A file the disk cannot give is said once, until the
+disk gives one again (`failing` meanwhile).
+"""
+import logging
+import os
+import time
+
+from fastbean.binlog.files import Directory, blocks
+from fastbean.binlog.threads import ZeroFill
+from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER
+from fastbean.errors import BinlogError
+from fastbean.logs import event
+
+
+class FileSet:
+    def __init__(self, directory: Directory, max_size: int, zero_fill: bool):
+        self.dir = directory
+        self.max_size = max_size
+        self.cur = None             # the File being written
+        self.sizes = {}             # seq -> bytes on disk, older files only
+        self.closed_bytes = 0       # bytes of the older files the engine still needs
+        self.leaving_bytes = 0      # bytes of those it no longer needs, still on disk (Reclaim)
+        self.next_seq = 1           # the number the next new file gets
+        self.failing = False        # the last attempt to make a file failed (said once)
+        self.errors = 0
+        self._ready = {}            # seq -> File made, not yet current (the spare and later ones)
+        self._spare = 0             # the file the engine has as its spare; 0 if none
+        self._fill_spare = 0        # the file the zero-filler fills next; 0 if none
+        # Group commits wait on every fdatasync with -f 0: keep them to overwrites.
+        self._filler = ZeroFill() if zero_fill else None
+
+    def replay(self, core):
+        """Replay every file into core, oldest first, yielding (files done,
+        files) after each; returns (files, jobs, seconds, bytes dropped)."""
+        seqs = self.dir.existing()
+        t0 = time.monotonic()
+        dropped = missing = 0
+        for seq in range(seqs[0], seqs[-1] + 1) if seqs else ():
+            try:
+                with open(self.dir.file_path(seq), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                event(logging.WARNING, "binlog-missing", "binlog.%(file)d is missing; continuing",
+                      file=seq)
+                missing += 1
+                data = b""
+            except OSError as e:
+                raise BinlogError("cannot read binlog.%d: %s" % (seq, e.strerror)) from None
+            records, end, reason = core.replay(data, seq)
+            if reason is not None:
+                dropped += len(data) - end
+                event(logging.WARNING, "replay-dropped",
+                      "binlog.%(file)d: %(reason)s: %(bytes)d bytes after record %(records)d "
+                      "not replayed; you may be missing data",
+                      file=seq, reason=reason, bytes=len(data) - end, records=records)
+            # Count the records, not the file: a file left by a crash is still
+            # its full preallocated size, and taking those zeros for dead
+            # records would re-log every replayed job at once (beanstalkd
+            # does not, and binlog-records-written would show it).
+            self.sizes[seq] = end
+            self.closed_bytes += end
+            self.next_seq = seq + 1
+            yield seq - seqs[0] + 1, seqs[-1] - seqs[0] + 1
+        jobs = core.replay_finish()
+        seconds = time.monotonic() - t0
+        if seqs:
+            event(logging.INFO, "replay",
+                  "replayed %(jobs)d jobs from %(files)d binlog files in %(seconds).3f s"
+                  + (", %(dropped_bytes)d bytes dropped" if dropped else "")
+                  + (", %(missing_files)d files missing" if missing else ""),
+                  jobs=jobs, files=len(seqs), seconds=round(seconds, 3), dropped_bytes=dropped,
+                  missing_files=missing, directory=self.dir.path)
+        return len(seqs), jobs, seconds, dropped
+
+    def make(self, need, cap=0):
+        """A new preallocated file, binlog.<next_seq>, with its header: room for
+        -s bytes of new records beyond `need` (the room kept for the live
+        jobs' deletes), or cap bytes. None when the disk cannot give one."""
+        seq = self.next_seq
+        cap = blocks(cap or self.max_size + need + len(FILE_HEADER))
+        try:
+            f = self.dir.make(seq, cap, fill=self._filler is not None)
+        except OSError as e:
+            if not self.failing:        # a full disk fails every attempt: say it once
+                self.failing = True
+                self.errors += 1
+                event(logging.ERROR, "binlog-error", "cannot create or allocate %(bytes)d bytes "
+                      "for %(path)s: %(error)s; changes are refused until there is room",
+                      op="allocate", bytes=cap, path=self.dir.file_path(seq), error=e.strerror)
+            return None
+        if self.failing:
+            self.failing = False
+            event(logging.WARNING, "binlog-recovered", "binlog files can be made again "
+                  "(%(errors)d errors so far)", errors=self.errors)
+        self._ready[seq] = f
+        self.next_seq += 1
+        return f
+
+    def spare_made(self, f):
+        """f (made now, for the engine's next_file) is the engine's spare."""
+        self._spare = f.seq
+
+    def discard(self, seq):
+        """A made file nothing was written to, the newest one: gone again."""
+        f = self._ready.pop(seq)
+        if seq == self._fill_spare:
+            self._filler.spare(-1, 0, 0)
+            self._fill_spare = 0
+        self.dir.discard(f)
+        if seq == self._spare:
+            self._spare = 0
+        self.next_seq = seq
+
+    def offer_spare(self, core, resv):
+        """Keep a spare ready, big enough for -s bytes beyond the deletes the
+        engine keeps room for (resv), with an eighth to spare for their growth."""
+        need = resv + resv // 8 + FILE_FIRST_RECORD
+        if self._spare:
+            f = self._ready[self._spare]
+            if f.cap - f.used >= self.max_size + resv + FILE_FIRST_RECORD:
+                return
+            self.discard(self._spare)       # the backlog outgrew it
+        f = self.make(need)
+        if f is None:
+            return                          # the engine asks again when it needs one
+        self._spare = f.seq
+        if self._filler is not None:
+            self._filler.spare(f.fill_fd, f.used, f.cap)
+            f.fill_fd = -1
+            self._fill_spare = f.seq
+        core.wal_spare(f.seq, f.cap, f.used)
+
+    def make_current(self, seq):
+        """binlog.<seq>, made ahead, is where records go from now on."""
+        f = self.cur = self._ready.pop(seq)
+        if self._filler is not None:
+            if seq == self._fill_spare:
+                self._filler.promote()
+                self._fill_spare = 0
+            else:
+                err = self._filler.take_error()
+                if err:
+                    event(logging.WARNING, "binlog-zero-fill-failed",
+                          "writing zeros ahead of the records of binlog.%(file)d failed: "
+                          "%(error)s; its fsyncs stay slower", file=seq - 1, error=os.strerror(err))
+                self._filler.file(f.fill_fd, f.used, f.cap)
+            f.fill_fd = -1
+        if seq == self._spare:
+            self._spare = 0
+        return f
+
+    def finish(self, sync):
+        """The current file stops being current: its unused preallocation is cut
+        and sync(fd) has it synced (its last records get no other fsync).
+        Raises OSError; the file counts as an older one either way."""
+        f, self.cur = self.cur, None
+        try:
+            os.ftruncate(f.fd, f.used)
+            sync(f.fd)
+        finally:
+            f.close()
+            self.sizes[f.seq] = f.used
+            self.closed_bytes += f.used
+
+    def write(self, data):
+        """Append records to the current file. Raises OSError (the space was
+        preallocated, so that is a device error)."""
+        f = self.cur
+        if self._filler is not None:
+            self._filler.claim(f.used + len(data))
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.pwrite(f.fd, view, f.used)
+            except InterruptedError:
+                continue
+            f.used += n
+            view = view[n:]
+
+    def collect(self, core):
+        """Files the engine no longer needs: they stop counting for compaction
+        at once, and leave the disk when remove() is called."""
+        gone = core.wal_collect()
+        for seq in gone:
+            size = self.sizes.get(seq, 0)
+            self.closed_bytes -= size
+            self.leaving_bytes += size
+        return gone
+
+    def remove(self, seqs):
+        for seq in seqs:
+            self.leaving_bytes -= self.sizes.pop(seq, 0)
+        self.dir.remove(seqs)
+
+    def close_spares(self):
+        """A clean stop: the files made ahead go."""
+        for seq in sorted(self._ready, reverse=True):
+            self.discard(seq)
+        self.stop_filler()
+
+    def stop_filler(self):
+        if self._filler is not None:
+            self._filler.stop()
+            self._filler = None
+
+    def abandon(self):
+        """After a failure: the zero-filler stopped and every open file closed,
+        nothing written."""
+        self.stop_filler()
+        for f in list(self._ready.values()) + [self.cur]:
+            if f is not None:
+                f.close()
+
+    @property
+    def files(self):
+        return sorted(self.sizes) + ([self.cur.seq] if self.cur is not None else [])
+
+    def disk_bytes(self, current_cap):
+        """Bytes the files take: the older ones as written, the current one
+        (current_cap, as allocated) and the ones made ahead of use."""
+        return (self.closed_bytes + self.leaving_bytes + (current_cap if self.cur is not None else 0)
+                + sum(f.cap for f in self._ready.values()))
