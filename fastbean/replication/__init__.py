@@ -117,12 +117,8 @@ class Replicator:
                 pass
         self.publisher.stop()
         await self.follower.stop()
-        if was_primary and self.lease.revision:
-            try:                    # the standbys need not wait for the lease to expire
-                await asyncio.wait_for(self.lease.release(), RELEASE_TIMEOUT)
-            except (Unavailable, asyncio.TimeoutError, Exception) as e:
-                event(logging.WARNING, "lease-release-failed",
-                      "replication: could not release the lease: %(error)s", error=str(e) or type(e).__name__)
+        if was_primary:
+            await self.lease.hand_on(RELEASE_TIMEOUT)
         await self.link.close()
 
     async def _run(self):

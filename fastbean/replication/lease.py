@@ -18,9 +18,12 @@ A write whose answer was lost may still have been stored: a conditional
 write that then fails looks at the key before giving up. If the key holds
 this node's own value, the lease was never lost.
 """
+import asyncio
+import logging
 import time
 
-from fastbean.replication.link import Conflict
+from fastbean.logs import event
+from fastbean.replication.link import Conflict, Unavailable
 
 RENEWED = "renewed"         # the primary's write went in
 RETAKEN = "retaken"         # the key had lapsed and this node created it again: fence first
@@ -90,7 +93,14 @@ class Lease:
         self.valid_until = sent + self.ttl - self.margin
         return RENEWED
 
-    async def release(self):
-        """A clean shutdown: the standbys need not wait for the key to expire."""
-        await self.link.lease_write(b"", self.revision, delete=True)
+    async def hand_on(self, timeout):
+        """A clean shutdown: the key goes, so the standbys need not wait for it
+        to expire (a failure is only logged: then they wait)."""
+        if not self.revision:
+            return
+        try:
+            await asyncio.wait_for(self.link.lease_write(b"", self.revision, delete=True), timeout)
+        except (Unavailable, Conflict, asyncio.TimeoutError) as e:
+            event(logging.WARNING, "lease-release-failed", "replication: could not release the lease: "
+                  "%(error)s", error=str(e) or type(e).__name__)
         self.forget()

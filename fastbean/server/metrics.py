@@ -149,7 +149,7 @@ def exposition(server):
     _metric(out, "fastbean_puts_refused_memory_total", "counter",
             "Puts answered OUT_OF_MEMORY because of --max-memory.", [("", core.mem_refused)])
     _metric(out, "fastbean_connections_refused_total", "counter",
-            "Connections refused because of --max-connections.", [("", server.refused)])
+            "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
             "Time the loop spent busy polling without a read arriving (--busy-poll).",
             [("", server.busy_poll.idle_ns / 1e9 if server.busy_poll is not None else 0.0)])
@@ -173,7 +173,7 @@ def exposition(server):
                 "until the queue is rebuilt from the disk.", [("", int(binlog.failing))])
         _metric(out, "fastbean_binlog_failstops_total", "counter",
                 "Failed binlog writes or fsyncs that made the server stop serving from memory "
-                "and rebuild its queue from the disk.", [("", server.failstops)])
+                "and rebuild its queue from the disk.", [("", server.recovery.count)])
         hist = binlog.histograms()
         if hist is not None:
             b, counts, total = hist["fsync"]

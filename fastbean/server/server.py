@@ -7,15 +7,11 @@ import logging
 import os
 import signal
 import socket
-import time
 
 from fastbean import __version__
 from fastbean.binlog import Binlog
 from fastbean.config import (
     BACKLOG,
-    EXIT_DISK_FAILED,
-    FAILSTOP_LIMIT,
-    FAILSTOP_WINDOW,
     HANDLED_SIGNALS,
     SHUTDOWN_GRACE,
     STATUS_INTERVAL,
@@ -27,7 +23,9 @@ from fastbean.logs import event
 from fastbean.server import busypoll
 from fastbean.server.busypoll import BusyPoll
 from fastbean.server.http import Endpoint
+from fastbean.server.limits import Connections, MemoryCap
 from fastbean.server.protocol import ConnProtocol, Refused, TracingConnProtocol
+from fastbean.server.recovery import Recovery
 from fastbean.server.systemd import Notifier
 
 
@@ -58,6 +56,7 @@ class Server:
         # the replication stream, which mirrors them into the binlog
         # directory with -b (server.binlog is then that mirror).
         self.binlog = self.replicator = self._wal = None
+        self.recovery = Recovery(self)
         if config.replicate:
             from fastbean.replication import Replicator  # imports nats: only when replicating
             self.replicator = Replicator(self, config)
@@ -66,24 +65,19 @@ class Server:
         elif config.binlog_dir is not None:
             self.binlog = self._wal = Binlog(loop, config.binlog_dir, config.binlog_size,
                                              fsync=config.fsync, fsync_ms=config.fsync_ms,
-                                             on_failure=self._binlog_failed)
-        self._failures = []         # times the binlog failed (fail-stops) lately
-        self.failstops = 0
+                                             on_failure=self.recovery.binlog_failed)
+        self.connections = Connections(config.max_connections)
         self._new_core()
         # A replicated node serves clients only while it is the primary.
         self.serving = self.replicator is None
-        self.connections = set()
+        self.memory_cap = MemoryCap(config.max_memory, config.max_job_size) if config.max_memory else None
         self.listeners = []
         self.notifier = notifier if notifier is not None else Notifier()
         self.endpoint = None        # the HTTP endpoint, with --metrics
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
-        self.refused = 0            # connections refused at --max-connections
-        self._stopping = None
+        self._stopping = False
         self._stopped = None        # set when a shutdown has finished
         self._exit_status = 0
-        self._conn_cap_hit = False
-        self._mem_cap_hit = False
-        self._mem_refused_seen = 0
         self._periodic = []         # timer handles of _check and _watchdog
 
     def _new_core(self):
@@ -106,7 +100,7 @@ class Server:
             commit_soon=self._commit_soon if logged else None,
             next_file=self._next_file if logged else None,
             testing=config.testing,
-            drop_others=self._drop_others if config.testing else None,
+            drop_others=self.connections.drop_others if config.testing else None,
             lease_over=self._lease_over if config.replicate else None,
         )
         if self.busy_poll is not None:
@@ -139,8 +133,7 @@ class Server:
         self.serving = on
         if not on:
             self.core.set_failed(1 << 63)
-            for proto in list(self.connections):
-                proto.close()
+            self.connections.close()
         self.notifier.status(self._status())
 
     def reset_core(self):
@@ -151,50 +144,9 @@ class Server:
             self._timer = None
         self._new_core()
 
-    def _binlog_failed(self, op):
-        # A write or fsync failed: the engine holds changes the disk may not.
-        # Fail-stop: serve nothing more from it, and rebuild it from what the
-        # disk holds (binlog.rebuild), unless that keeps failing.
-        if self._stopping is not None:
-            return                  # shutting down: Binlog.close() cuts the files back
-        self.failstops += 1
-        now = time.monotonic()
-        self._failures = [t for t in self._failures if now - t < FAILSTOP_WINDOW] + [now]
-        if len(self._failures) > FAILSTOP_LIMIT:
-            event(logging.ERROR, "fail-stop", "the binlog failed %(failures)d times in %(window)d s: "
-                  "exiting with status %(status)d, for a supervisor to restart the server",
-                  failures=len(self._failures), window=FAILSTOP_WINDOW, status=EXIT_DISK_FAILED)
-            self.set_serving(False)
-            self.fatal("the binlog keeps failing", EXIT_DISK_FAILED)
-            return
-        event(logging.ERROR, "fail-stop", "the binlog %(op)s failed: the server stops serving from "
-              "memory, which may hold changes the disk does not, closes every connection and "
-              "rebuilds its queue from the binlog on disk", op=op)
-        self.phase = "recovering"
-        self.set_serving(False)
-        self.loop.create_task(self._rebuild_from_binlog())
-
-    async def _rebuild_from_binlog(self):
-        try:
-            self.binlog.detach()
-            # the repair waits for a disk that just failed: off the loop, which
-            # goes on answering /readyz and the watchdog
-            await self.loop.run_in_executor(None, self.binlog.repair)
-            self.reset_core()
-            for done, total in self.binlog.reopen(self.core):
-                self.notifier.status("rebuilding from the binlog: %d of %d files" % (done, total))
-                await asyncio.sleep(0)
-        except BinlogError as e:
-            event(logging.ERROR, "fail-stop", "%(error)s: exiting with status %(status)d, for a "
-                  "supervisor to restart the server", error=str(e), status=EXIT_DISK_FAILED)
-            self.fatal(str(e), EXIT_DISK_FAILED)
-            return
-        if self._stopping is not None:
-            return
-        self.phase = "serving"
-        self.set_serving(True)
-        event(logging.WARNING, "rebuilt", "rebuilt %(jobs)d jobs from the binlog on disk; serving again",
-              jobs=self.core.current_jobs)
+    @property
+    def stopping(self):
+        return self._stopping
 
     def fatal(self, message, status=1):
         event(logging.ERROR, "fatal", "%(error)s", error=message)
@@ -204,32 +156,10 @@ class Server:
     # -- connections ---------------------------------------------------------
 
     def admit(self, proto):
-        limit = self.config.max_connections
-        if self._stopping is not None:
-            return False
-        if limit is not None and len(self.connections) >= limit:
-            self.refused += 1
-            if not self._conn_cap_hit:
-                self._conn_cap_hit = True
-                event(logging.WARNING, "connection-cap-reached", "connection limit (%(limit)d) "
-                      "reached: refusing new connections", limit=limit)
-            return False
-        self.connections.add(proto)
-        return True
+        return self.connections.admit(proto)
 
     def forget(self, proto):
-        self.connections.discard(proto)
-        if self._stopping is not None and not self.connections:
-            self._stopping.set()
-        elif self._conn_cap_hit and len(self.connections) < self.config.max_connections:
-            self._conn_cap_hit = False
-            event(logging.INFO, "connection-cap-cleared", "connections below the limit "
-                  "(%(limit)d) again: accepting new connections",
-                  limit=self.config.max_connections, refused=self.refused)
-
-    def _drop_others(self, keep):
-        dropped = [proto.drop(keep) for proto in self.connections]
-        return [conn for conn in dropped if conn is not None]
+        self.connections.forget(proto)
 
     # -- the engine's timer and turns -------------------------------------------
 
@@ -346,29 +276,10 @@ class Server:
         return text if ready else "%s; %s" % (text, why)
 
     def _check(self):
-        # Once a STATUS_INTERVAL: systemd's STATUS line, and the memory cap,
-        # which the engine only counts (puts refused) on its hot path.
+        # Once a STATUS_INTERVAL: systemd's STATUS line, and the memory cap.
         self.notifier.status(self._status())
-        core, cap = self.core, self.config.max_memory
-        if not cap:
-            return
-        refused = core.mem_refused
-        if refused > self._mem_refused_seen:
-            if not self._mem_cap_hit:
-                self._mem_cap_hit = True
-                event(logging.WARNING, "memory-cap-reached", "memory cap reached: %(memory_used)d "
-                      "of %(max_memory)d bytes held; put answers OUT_OF_MEMORY",
-                      memory_used=core.mem_used, max_memory=cap)
-        elif self._mem_cap_hit:
-            # Cleared: a second without a refusal, and room again for a job of
-            # the largest size (or a tenth of the cap, if that is less).
-            room = min(self.config.max_job_size + 2 + 256, cap // 10)
-            if core.mem_used + room <= cap:
-                self._mem_cap_hit = False
-                event(logging.INFO, "memory-cap-cleared", "memory below the cap again: "
-                      "%(memory_used)d of %(max_memory)d bytes held; %(refused)d puts were refused",
-                      memory_used=core.mem_used, max_memory=cap, refused=refused)
-        self._mem_refused_seen = refused
+        if self.memory_cap is not None:
+            self.memory_cap.check(self.core)
 
     def drain(self):
         if not self.core.draining:
@@ -377,8 +288,9 @@ class Server:
         self.notifier.status(self._status())
 
     def stop(self, sig=signal.SIGTERM):
-        if self._stopping is None:
-            self._stopping = asyncio.Event()
+        if not self._stopping:
+            self._stopping = True
+            self.connections.refuse_new()
             self.phase = "stopping"
             self.notifier.stopping()
             event(logging.INFO, "shutdown", "shutting down on %(signal)s: %(connections)d "
@@ -394,14 +306,9 @@ class Server:
         if self.replicator is not None:
             # the replies still waiting on the stream go out before the connections close
             await self.replicator.finish(SHUTDOWN_GRACE)
-        for proto in list(self.connections):
-            proto.close()
-        if self.connections:
-            try:
-                await asyncio.wait_for(self._stopping.wait(), SHUTDOWN_GRACE)
-            except asyncio.TimeoutError:
-                event(logging.WARNING, "shutdown-timeout", "%(connections)d connections still "
-                      "open at exit", connections=len(self.connections))
+        if not await self.connections.close_all(SHUTDOWN_GRACE):
+            event(logging.WARNING, "shutdown-timeout", "%(connections)d connections still "
+                  "open at exit", connections=len(self.connections))
         if self.endpoint is not None:       # /readyz said "stopping" until now
             self.endpoint.close()
         if self.binlog is not None:
