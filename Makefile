@@ -14,12 +14,17 @@ build:                ## the extensions, in place
 test: build
 	$(PY) -m pytest -q
 
-# ruff for the Python, cython-lint for the Cython, and the extensions rebuilt
-# with every C compiler warning an error (FASTBEAN_WERROR=1).
+# ruff for the Python (with bugbear), cython-lint for the Cython, the
+# extensions rebuilt with every C compiler warning an error
+# (FASTBEAN_WERROR=1), mypy over the package, and the stubs of the compiled
+# modules checked against them (stubtest).
+STUBBED = fastbean.engine.core fastbean.engine.parser fastbean.binlog.threads
 lint:
 	$(PY) -m ruff check .
 	cython-lint fastbean/*/*.pyx fastbean/*/*.pxd fastbean/*/*.pxi
 	FASTBEAN_WERROR=1 $(PY) setup.py build_ext --inplace -q --force
+	$(PY) -m mypy
+	$(PY) -m mypy.stubtest --allowlist tools/stubtest-allowlist.txt $(STUBBED)
 
 # The randomized tests (engine against its model, parser against the reference
 # parser, randomized differential sessions) with FUZZ times their examples.

@@ -130,7 +130,7 @@ def table(results, every_ms):
         rounds = res["rounds"]
         for mode, label in (("quiet", "none"), ("paced", "every %d ms" % every_ms),
                             ("back-to-back", "back to back")):
-            def col(key):
+            def col(key, mode=mode, rounds=rounds):
                 return spread([r[mode][key] / 1000 for r in rounds])
             extra = ("%10.2f %10d" % (statistics.median(r[mode]["scrape_ms_p50"] for r in rounds),
                                       rounds[-1][mode]["scrape_bytes"] // 1024)

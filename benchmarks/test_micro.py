@@ -253,7 +253,7 @@ def test_engine_replay(benchmark):
     core = Core(next_file=no_next_file)
     core.wal_start(1, 1 << 40, len(FILE_HEADER))
     c = Client(core)
-    for k in range(0, n, BATCH):
+    for _ in range(0, n, BATCH):
         c.send(PUT * BATCH)
     for k in range(1, dels + 1, BATCH):
         c.send(b"".join(b"delete %d\r\n" % i for i in range(k, k + BATCH)))

@@ -51,7 +51,7 @@ def _inherited(config):
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as e:
-        raise ConfigError("inherited fd %d is not a socket: %s" % (SD_LISTEN_FDS_START, e), 111)
+        raise ConfigError("inherited fd %d is not a socket: %s" % (SD_LISTEN_FDS_START, e), 111) from None
     if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         raise ConfigError("inherited fd %d is not a listening stream socket" % SD_LISTEN_FDS_START, 111)
     sock.setblocking(False)
@@ -77,7 +77,7 @@ def _unix(path):
         sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
-        raise ConfigError("bind %s: %s" % (path, e.strerror), 111)
+        raise ConfigError("bind %s: %s" % (path, e.strerror), 111) from None
     sock.setblocking(False)
     return sock
 
@@ -87,7 +87,7 @@ def _tcp(host, port):
         infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM,
                                    0, socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise ConfigError("getaddrinfo(%s, %s): %s" % (host or "*", port, e.strerror), 111)
+        raise ConfigError("getaddrinfo(%s, %s): %s" % (host or "*", port, e.strerror), 111) from None
     family, type_, proto, _, addr = infos[0]
     sock = socket.socket(family, type_, proto)
     try:
@@ -102,7 +102,7 @@ def _tcp(host, port):
     except OSError as e:
         sock.close()
         code = errno.errorcode.get(e.errno, e.errno)
-        raise ConfigError("bind %s port %s: %s (%s)" % (host or "*", port, e.strerror, code), 111)
+        raise ConfigError("bind %s port %s: %s (%s)" % (host or "*", port, e.strerror, code), 111) from None
     sock.setblocking(False)
     return sock
 
@@ -146,9 +146,9 @@ def drop_privileges(user):
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
-        raise ConfigError("getpwnam(\"%s\"): no such user" % user, 32)
+        raise ConfigError("getpwnam(\"%s\"): no such user" % user, 32) from None
     try:
         os.setgid(pw.pw_gid)
         os.setuid(pw.pw_uid)
     except OSError as e:
-        raise ConfigError("cannot become %s: %s" % (user, e.strerror), 34)
+        raise ConfigError("cannot become %s: %s" % (user, e.strerror), 34) from None

@@ -16,7 +16,7 @@ implements Sink. Both logs keep the same rules, written here once:
   old file.
 """
 import collections
-from typing import Callable, Iterable, List, Optional, Protocol, Tuple
+from typing import Callable, Deque, Iterable, List, Optional, Protocol, Tuple
 
 MIGRATE_BATCH = 2048        # jobs logged again per commit while compacting
 
@@ -82,7 +82,7 @@ class Reclaim:
 
     def __init__(self, remove: Callable[[List[int]], None]):
         self._remove = remove
-        self._waiting = collections.deque()     # (record number, files)
+        self._waiting: Deque[Tuple[int, List[int]]] = collections.deque()   # (record number, files)
 
     def add(self, files: Iterable[int], logged: int) -> None:
         files = list(files)

@@ -46,7 +46,7 @@ def wait_listening(port, proc=None, describe=lambda: "nothing", timeout=10.0):
             return
         except OSError:
             if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
-                raise RuntimeError("did not start listening on port %d: %s" % (port, describe()))
+                raise RuntimeError("did not start listening on port %d: %s" % (port, describe())) from None
             time.sleep(0.01)
 
 
@@ -106,11 +106,11 @@ class Server:
             except OSError:
                 if self.proc.poll() is not None:
                     raise RuntimeError("%s exited with %s: %s" % (
-                        self.kind, self.proc.returncode, self.log.decode(errors="replace")))
+                        self.kind, self.proc.returncode, self.log.decode(errors="replace"))) from None
                 if time.monotonic() > deadline:
                     self.kill()
                     raise RuntimeError("%s did not accept connections on port %d" % (
-                        self.kind, self.port))
+                        self.kind, self.port)) from None
                 time.sleep(0.005)
 
     @property

@@ -223,7 +223,7 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
             assert len(names) == 2          # the current file and the spare
             current, spare = [d / n for n in names]
 
-            def zeroed(path, at_least):
+            def zeroed(path, at_least, filled=filled):
                 # bytes no longer reserved-only, once the filler has done them
                 deadline = time.monotonic() + 30
                 while True:
@@ -267,7 +267,7 @@ def test_zero_fill_never_overwrites_records(tmp_path):
     socks = [Client(s.port) for _ in range(4)]
     for n, c in enumerate(socks):
         c.use("t%d" % n)
-    for rounds in range(40):
+    for _rounds in range(40):
         sent = []
         for c in socks:
             batch = []
@@ -380,7 +380,7 @@ def test_compaction_keeps_the_file_count_bounded(tmp_path):
         c.cmd(b"bury 1 0", b"NOT_FOUND")
         next_id = 2
         most = 0
-        for start in range(0, n, batch):
+        for _start in range(0, n, batch):
             req = b"".join(b"put 0 0 60 3\r\nabc\r\ndelete %d\r\n" % (next_id + k) for k in range(batch))
             c.send(req)
             for _ in range(batch):
@@ -437,7 +437,7 @@ def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
     s = Server.start("fastbean", "-b", str(small_disk), "-s", "32768", "-f", "0")
     with Client(s.port) as c:
         ids, refused = [], 0
-        for i in range(2000):
+        for _ in range(2000):
             r = c.cmd(b"put 0 0 60 1000\r\n" + b"x" * 1000)
             if r == b"OUT_OF_MEMORY":
                 refused += 1

@@ -329,7 +329,7 @@ def start_on_unix_socket(kind, path, timeout=10.0):
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                raise RuntimeError("%s did not accept on %s: %s" % (kind, path, server.log))
+                raise RuntimeError("%s did not accept on %s: %s" % (kind, path, server.log)) from None
             time.sleep(0.01)
 
 

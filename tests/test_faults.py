@@ -76,7 +76,10 @@ def watchdog():
 # -- the disk -----------------------------------------------------------------------
 
 
-def disk_load(tmp_path, watchdog, policy, fault, faults=max(5, ROUNDS), gap=1.5):
+DISK_FAULTS = max(5, ROUNDS)
+
+
+def disk_load(tmp_path, watchdog, policy, fault, faults=DISK_FAULTS, gap=1.5):
     """A lone server with -b and -f `policy` on a failing disk: `faults` faults
     under load, `gap` s apart at least, kill -9, a restart without the shim.
     The faults as (time injected, time a new connection's put was acknowledged

@@ -75,7 +75,7 @@ def test_jobs_survive_shrink_and_grow_cycles(fastbean_server):
             delete_many(c, drop)
             gone += drop
             big = buckets(c)
-            wait_idle_until(c, lambda c: buckets(c) < big)
+            wait_idle_until(c, lambda c, big=big: buckets(c) < big)
             wait_idle_until(c, lambda c: buckets(c) == TABLE_MIN)
             for jid, body in kept.items():
                 assert c.peek(jid) == body

@@ -207,7 +207,7 @@ def test_kill_primary_loses_no_acknowledged_job(cluster, nodes, tmp_path):
     since = 0
     rng = random.Random(5)
     counts = []
-    for kill in range(KILLS):
+    for _kill in range(KILLS):
         work.start()
         time.sleep(rng.uniform(0.5, 1.5))
         before = len(work.live) + len(work.deleted)

@@ -85,17 +85,17 @@ def test_memory_of_a_drained_backlog_goes_back(fastbean_server):
     keep = b"put 0 0 60 1000\r\n%s\r\n" % (b"k" * 1000)
     rounds = 20
     with Client(fastbean_server.port) as c:
-        for r in range(rounds):                  # 20 x 100 big jobs: ~120 MB
+        for _r in range(rounds):                  # 20 x 100 big jobs: ~120 MB
             c.send(b"use default\r\n" + b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) * 100
                    + b"use keep\r\n" + keep)
             assert c.line() == b"USING default"
-            for i in range(100):
+            for _i in range(100):
                 assert c.line().startswith(b"INSERTED")
             assert c.line() == b"USING keep"
             assert c.line().startswith(b"INSERTED")
         full = fastbean_server.rss()
         assert full - base > 100 << 20
-        for i in range(rounds * 100):
+        for _i in range(rounds * 100):
             jid, got = c.job(b"reserve-with-timeout 0")
             assert got == body
             c.cmd(b"delete %d" % jid, b"DELETED")
@@ -119,7 +119,7 @@ def test_clients_vanishing_mid_body_leak_nothing(fastbean_server):
         k = socket.create_connection(("127.0.0.1", fastbean_server.port))
         k.sendall(b"put 0 0 10 1000\r\n" + b"y" * (n % 1000))
         k.close()
-    for n in range(100):
+    for _ in range(100):
         # vanish mid-reply: a pipeline of puts, reserves and stats, then gone
         k = socket.create_connection(("127.0.0.1", fastbean_server.port))
         k.sendall(b"put 0 0 10 5\r\nhello\r\nreserve\r\nstats\r\n" * 20)
@@ -275,7 +275,7 @@ def test_random_bytes_and_huge_sizes_get_protocol_answers(fastbean_server):
     junk = [socket.create_connection(("127.0.0.1", fastbean_server.port)) for _ in range(5)]
     for k in junk:
         k.settimeout(0.5)
-    for i in range(300):
+    for _i in range(300):
         k = rnd.choice(junk)
         chunk = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 300)))
         if rnd.random() < 0.3:

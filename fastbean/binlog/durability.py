@@ -17,6 +17,7 @@ the kernel says so only once, so the binlog is cut back there (binlog/).
 """
 import collections
 import time
+from typing import Deque, Optional, Tuple
 
 from fastbean.binlog.threads import SyncThread
 from fastbean.config import FSYNC_THREADS
@@ -34,12 +35,12 @@ class Durability:
         self._on_error = on_error
         self.written_seq = 0        # records written to the files
         self.synced_seq = 0         # records known on disk
-        self.good = None            # (file, offset) where the records on disk end
+        self.good: Optional[Tuple[int, int]] = None    # (file, offset) where the records on disk end
         self._asked_seq = 0         # records the sync threads have been asked to sync
-        self._asked = collections.deque()   # (seq, file, offset) asked, not yet synced
+        self._asked: Deque[Tuple[int, Tuple[int, int]]] = collections.deque()   # (seq, (file, offset)) asked
         self._last_sync = 0.0
         self._timer = None          # -f MS: the fsync due at most MS after a write
-        self._syncer = None
+        self._syncer: Optional[SyncThread] = None
         self._detached = False
         self.failed = False
         self.last_error = 0         # errno of the failed fsync
@@ -90,6 +91,7 @@ class Durability:
         if self.fsync_ms:
             self._last_sync = time.monotonic()
         self._asked_seq = self.written_seq
+        assert self._syncer is not None
         self._syncer.request(self.written_seq)
 
     def _timed_sync(self) -> None:
@@ -109,6 +111,7 @@ class Durability:
             self._timer = self.loop.call_later(wait, self._timed_sync)
 
     def _sync_done(self) -> None:
+        assert self._syncer is not None
         seq, err = self._syncer.collect()
         self._synced(seq)
         if err:
@@ -141,8 +144,9 @@ class Durability:
             self.loop.remove_reader(self._syncer.fileno())
 
     def stop(self) -> int:
-        """Finish the syncs asked for, stop the threads; the errno of a failed
-        sync (0 when none failed). After detach(), any thread may call it."""
+        """Finish the syncs asked for and stop the threads, telling no one
+        (good and synced_seq say where they got to); the errno of a failed
+        sync, 0 when none failed. After detach(), any thread may call it."""
         self.detach()
         if self._syncer is None:
             return self.last_error
@@ -153,8 +157,6 @@ class Durability:
         if err and not self.failed:
             self.failed = True
             self.last_error = err
-        elif not err and not self.failed and self.fsync_ms == 0:
-            self._on_durable(seq)
         return self.last_error
 
     def histograms(self):

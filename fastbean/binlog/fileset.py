@@ -11,8 +11,9 @@ disk gives one again (`failing` meanwhile).
 import logging
 import os
 import time
+from typing import Dict
 
-from fastbean.binlog.files import Directory, blocks
+from fastbean.binlog.files import Directory, File, blocks
 from fastbean.binlog.threads import ZeroFill
 from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER
 from fastbean.errors import BinlogError
@@ -24,13 +25,13 @@ class FileSet:
         self.dir = directory
         self.max_size = max_size
         self.cur = None             # the File being written
-        self.sizes = {}             # seq -> bytes on disk, older files only
+        self.sizes: Dict[int, int] = {}     # seq -> bytes on disk, older files only
         self.closed_bytes = 0       # bytes of the older files the engine still needs
         self.leaving_bytes = 0      # bytes of those it no longer needs, still on disk (Reclaim)
         self.next_seq = 1           # the number the next new file gets
         self.failing = False        # the last attempt to make a file failed (said once)
         self.errors = 0
-        self._ready = {}            # seq -> File made, not yet current (the spare and later ones)
+        self._ready: Dict[int, File] = {}   # seq -> File made, not yet current (the spare and later ones)
         self._spare = 0             # the file the engine has as its spare; 0 if none
         self._fill_spare = 0        # the file the zero-filler fills next; 0 if none
         # Group commits wait on every fdatasync with -f 0: keep them to overwrites.

@@ -592,7 +592,7 @@ class Audit:
         for t, name, jid, prev in regressions:
             if not _within(t, exempt):
                 fail("client %s got id %d after id %d" % (name, jid, prev))
-        for jid, old_body, t_old, t_new in reused:
+        for jid, _, t_old, t_new in reused:
             if not _within(t_old, exempt):
                 fail("id %d was acknowledged twice (%.1f s apart): the first put is lost" % (jid, t_new - t_old))
         # reads (by readers): a read sent after a confirmed delete must not find the job,
