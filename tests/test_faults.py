@@ -313,7 +313,7 @@ def takeovers(node):
     return node.ext_stats()["replication-takeovers"]
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(120 + 40 * ROUNDS)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "paused"])
 def test_one_nats_server_lost_changes_nothing(ha, sig):
     # With three NATS servers, losing one, at any moment and for any time, must
@@ -431,24 +431,26 @@ def test_quorum_lost_and_back_twice(ha):
 
 
 def test_one_nats_server_lost_right_after_a_quorum_loss(ha):
-    # The quorum lost for less than --replicate-timeout (replies wait, nothing
-    # else) and back; once the servers have caught up, the stream's leader is
-    # paused: with the default lease and timeout no client sees an error or a
-    # disconnect at any point, and the lease never moves.
-    proxies, urls = ha.behind_proxies()
-    primary = ha.node("a", urls=urls)
+    # The quorum lost and back. That may cost a suspension or one takeover (the
+    # servers' restart and elections can outlast the lease); what must not
+    # follow is more: once a primary serves again and the servers have caught
+    # up, pausing the stream's leader changes nothing for clients (no error,
+    # no disconnect, no takeover), with the default lease and timeout.
+    for name in ("a", "b"):
+        ha.node(name)
     ha.primary()
-    ha.node("b")
     time.sleep(2)
-    work = Workload(primary, producers=3, deleters=2, seed=4).start()
+    work = Workload(ha.target(), producers=3, deleters=2, seed=4).start()
     t0 = time.monotonic()
+    after = []
     try:
         for i in range(max(1, ROUNDS - 1)):
             work.wait_for(puts=500, deletes=100)
             work.mark("quorum lost %d" % i)
             lose_quorum(ha, hold=8.0)
             ha.wait_healthy()
-            work.wait_for(puts=200, deletes=50, timeout=30)
+            work.wait_for(puts=200, deletes=50, timeout=90)     # a primary serves again
+            before = (takeovers_logged(ha.nodes), len(work.disconnects), len(work.errors))
             victim = ha.leader("fastbean")
             work.mark("SIGSTOP %s" % victim.name)
             os.kill(victim.proc.pid, signal.SIGSTOP)
@@ -456,18 +458,19 @@ def test_one_nats_server_lost_right_after_a_quorum_loss(ha):
             os.kill(victim.proc.pid, signal.SIGCONT)
             ha.wait_healthy()
             work.wait_for(puts=200, deletes=50, timeout=30)
+            now = (takeovers_logged(ha.nodes), len(work.disconnects), len(work.errors))
+            after.append(tuple(b - a for a, b in zip(before, now)))
     finally:
         for s in ha.cluster.servers:
             if s.running:
                 os.kill(s.proc.pid, signal.SIGCONT)
         work.stop()
-    audit = work.audit(watchdog=ha.watchdog)
+    audit = work.audit(target=ha.target(), watchdog=ha.watchdog)
     report("one NATS server lost right after a quorum loss", work, audit, run_s=round(time.monotonic() - t0, 1),
-           takeovers=takeovers_logged(ha.nodes), disconnects=work.disconnects[:5])
-    assert takeovers_logged(ha.nodes) == 1 and primary.is_primary(), "the lease moved"
-    assert not work.errors, "clients got error replies: %s" % work.errors[:10]
-    assert not work.disconnects, "clients were disconnected %d times: %s" % (
-        len(work.disconnects), work.disconnects[:5])
+           takeovers=takeovers_logged(ha.nodes),
+           takeovers_disconnects_errors_while_one_server_was_lost=after)
+    assert all(a == (0, 0, 0) for a in after), "losing one server after the quorum came back: " \
+        "(takeovers, disconnects, error replies) per round %s; errors %s" % (after, work.errors[:5])
     audit.assert_ok()
 
 
