@@ -1,8 +1,6 @@
 # Commands: one function per command of the protocol (protocol.txt), and
 # dispatch. Each answers through c's output; the run loop (run.pxi) flushes.
 
-cdef int64_t SEC = 1000000000
-
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:
     if not c.producer:

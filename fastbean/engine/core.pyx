@@ -10,7 +10,6 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MA
 from libc.stdlib cimport malloc, calloc, free, qsort
 from libc.string cimport memcpy, memset, memmove
 from libc.stdio cimport snprintf
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
@@ -36,29 +35,8 @@ from fastbean.engine.wire cimport (
 )
 
 
-# How far fastbean-clock-advance has moved the engine's clock (testing.pxi);
-# always 0 without --testing.
-cdef int64_t clock_offset = 0
-
-
-cdef inline int64_t real_mono_ns() noexcept nogil:
-    # Elapsed time that a test clock must not move (reply latency).
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
-cdef inline int64_t mono_ns() noexcept nogil:
-    return real_mono_ns() + clock_offset
-
-
-cdef inline int64_t wall_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec + clock_offset
-
-
 # Structures first (they call nothing below them), then policy.
+include "clock.pxi"
 include "vec.pxi"
 include "heap.pxi"
 include "table.pxi"
