@@ -37,6 +37,7 @@ from fastbean.engine.wire cimport (
 
 # Structures first (they call nothing below them), then policy.
 include "clock.pxi"
+include "hooks.pxi"
 include "vec.pxi"
 include "heap.pxi"
 include "table.pxi"
@@ -54,6 +55,7 @@ include "walg.pxi"
 include "metrics.pxi"
 include "testing.pxi"
 include "check.pxi"
+include "probes.pxi"
 
 
 cdef class Core:
