@@ -112,19 +112,6 @@ cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
     return out_job(c, MSG_RESERVED, j)
 
 
-cdef int job_delete(Core core, Job *j) except -1:
-    # delete, and fastbean-reset (testing.pxi)
-    job_unlink(core, j)
-    j.tube.cmd_delete += 1
-    if core.wal_on and j.wal_file:
-        # spends the space reserved at put time; cannot fail for room
-        wal_record(core, j, False)
-        core.wal_resv -= WAL_SHORT
-        wal_disown(core, j)
-    job_free(core, j)
-    return 0
-
-
 cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
     cdef Job *j = job_find(core, cmd.id)
     if j == NULL or j.state == JOB_INVALID or (

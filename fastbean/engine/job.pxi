@@ -59,17 +59,6 @@ cdef inline void job_discard(Job *j) noexcept:
     PyMem_Free(j)
 
 
-cdef int wal_links_on(Core core) except -1:
-    # The first binlog call (replay or the start of logging): from now on
-    # jobs carry their binlog link. One made before it has none, and no
-    # binlog file could ever own it, so that order is refused.
-    if not core.wal_links:
-        if core.jobs.count:
-            raise RuntimeError("the binlog must start before the first job is made")
-        core.wal_links = True
-    return 0
-
-
 cdef inline Job *job_find(Core core, uint64_t id) noexcept:
     return table_find(&core.jobs, id)
 

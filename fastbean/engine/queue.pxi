@@ -132,6 +132,19 @@ cdef int kick_one(Core core, Job *j) except -1:
     return 1
 
 
+cdef int job_delete(Core core, Job *j) except -1:
+    # delete, and fastbean-reset (testing.pxi)
+    job_unlink(core, j)
+    j.tube.cmd_delete += 1
+    if core.wal_on and j.wal_file:
+        # spends the space reserved at put time; cannot fail for room
+        wal_record(core, j, False)
+        core.wal_resv -= WAL_SHORT
+        wal_disown(core, j)
+    job_free(core, j)
+    return 0
+
+
 cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
     # Do what is due at `now`: delays end, pauses end, TTRs run out, reserve
     # timeouts and DEADLINE_SOON margins arrive. At most `budget` jobs or

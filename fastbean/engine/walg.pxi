@@ -123,6 +123,17 @@ cdef int wal_need_file(Core core) except -1:
     return 0
 
 
+cdef int wal_links_on(Core core) except -1:
+    # The first binlog call (replay or the start of logging): from now on
+    # jobs carry their binlog link. One made before it has none, and no
+    # binlog file could ever own it, so that order is refused.
+    if not core.wal_links:
+        if core.jobs.count:
+            raise RuntimeError("the binlog must start before the first job is made")
+        core.wal_links = True
+    return 0
+
+
 cdef tuple wal_take(Core core):
     # What binlog.py writes next: [(file number, records), ...] in order
     # (more than one after a move to the spare or past a piece limit), and
