@@ -1,22 +1,5 @@
-# Jobs: allocation, lookup by id, freeing, and the orders of the heaps that
-# hold them. A job's state and the structures it is in are queue.pxi's business.
-
-
-# ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id
-cdef bint _ready_less(void *a, void *b) noexcept nogil:
-    cdef Job *x = <Job *>a
-    cdef Job *y = <Job *>b
-    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
-
-
-cdef bint _deadline_less(void *a, void *b) noexcept nogil:
-    cdef Job *x = <Job *>a
-    cdef Job *y = <Job *>b
-    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
-
-
-cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
-    (<Job *>a).heap_index = i
+# Jobs: allocation, lookup by id, freeing. A job's state and the structures
+# it is in are queue.pxi's business.
 
 
 # A job of an engine without a binlog ends before its LINK_WAL link.

@@ -1,6 +1,24 @@
-# Tubes: the registry by name (in list-tubes order), reference counts, each
-# tube's timer (its soonest delayed job or the end of its pause), and the
-# eligible set: tubes a reservation could be made from right now.
+# Tubes: the registry by name (in list-tubes order), reference counts, the
+# orders of the heaps that hold their jobs, each tube's timer (its soonest
+# delayed job or the end of its pause), and the eligible set: tubes a
+# reservation could be made from right now.
+
+
+# ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id
+cdef bint _ready_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
+
+
+cdef bint _deadline_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
+
+
+cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<Job *>a).heap_index = i
 
 
 cdef bint _tube_less(void *a, void *b) noexcept nogil:
