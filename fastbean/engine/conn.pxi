@@ -12,11 +12,11 @@ cdef enum:
     OUT_INLINE = 4096                 # a reply's body up to this size is copied into the output buffer
 
 
-cdef bint _timer_less(void *a, void *b) noexcept nogil:
+cdef bint timer_less(void *a, void *b) noexcept nogil:
     return (<ConnTimer *>a).at < (<ConnTimer *>b).at
 
 
-cdef void _timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
+cdef void timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<ConnTimer *>a).index = i
 
 
@@ -126,7 +126,7 @@ cdef int out_yaml(Conn c, bytes doc) except -1:
     return out_text(c, MSG_CRLF)
 
 
-cdef inline void _out_drop(Conn c):
+cdef inline void out_drop(Conn c):
     c.olen = 0
     c.chunks = []
 
@@ -136,7 +136,7 @@ cdef int flush(Conn c) except -1:
     # records that are not durable yet: then it waits in core.held.
     cdef Core core = c.core
     if c.lost:
-        _out_drop(c)
+        out_drop(c)
         lat_lost(c)
         return 0
     if c.held:

@@ -65,9 +65,9 @@ cdef class Core:
 
     def __cinit__(self):
         table_init(&self.jobs)
-        heap_init(&self.tube_timers, _tube_less, _tube_setpos)
-        heap_init(&self.ttr_heap, _deadline_less, _job_setpos)
-        heap_init(&self.conn_timers, _timer_less, _timer_setpos)
+        heap_init(&self.tube_timers, tube_less, tube_setpos)
+        heap_init(&self.ttr_heap, deadline_less, job_setpos)
+        heap_init(&self.conn_timers, timer_less, timer_setpos)
 
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,

@@ -37,7 +37,7 @@ cdef int fail_held(Core core, uint64_t seq) except -1:
             continue
         c.held = False
         c.lost = True               # this output and any later goes nowhere
-        _out_drop(c)
+        out_drop(c)
         if c.state == CONN_CLOSING:
             c.state = CONN_CLOSED
         hook0(core, c.close_cb)

@@ -106,7 +106,7 @@ cdef int process_queue(Core core) except -1:
         best = core.eligible[0]
         for i in range(1, core.neligible):
             t = core.eligible[i]
-            if _ready_less(t.ready.items[0], best.ready.items[0]):
+            if ready_less(t.ready.items[0], best.ready.items[0]):
                 best = t
         j = <Job *>best.ready.items[0]
         job_unlink(core, j)

@@ -5,27 +5,27 @@
 
 
 # ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id
-cdef bint _ready_less(void *a, void *b) noexcept nogil:
+cdef bint ready_less(void *a, void *b) noexcept nogil:
     cdef Job *x = <Job *>a
     cdef Job *y = <Job *>b
     return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
 
 
-cdef bint _deadline_less(void *a, void *b) noexcept nogil:
+cdef bint deadline_less(void *a, void *b) noexcept nogil:
     cdef Job *x = <Job *>a
     cdef Job *y = <Job *>b
     return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
 
 
-cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
+cdef void job_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<Job *>a).heap_index = i
 
 
-cdef bint _tube_less(void *a, void *b) noexcept nogil:
+cdef bint tube_less(void *a, void *b) noexcept nogil:
     return (<Tube *>a).timer_at < (<Tube *>b).timer_at
 
 
-cdef void _tube_setpos(void *a, Py_ssize_t i) noexcept nogil:
+cdef void tube_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<Tube *>a).timer_index = i
 
 
@@ -46,8 +46,8 @@ cdef Tube *tube_get(Core core, const char *name, Py_ssize_t n, bint create) exce
         raise MemoryError()
     t.name = <PyObject *>key
     Py_INCREF(key)
-    heap_init(&t.ready, _ready_less, _job_setpos)
-    heap_init(&t.delay, _deadline_less, _job_setpos)
+    heap_init(&t.ready, ready_less, job_setpos)
+    heap_init(&t.delay, deadline_less, job_setpos)
     t.timer_index = -1
     t.elig_index = -1
     t.list_index = core.ntubes
