@@ -351,6 +351,7 @@ cdef int conn_retime(Core core, Conn c, int64_t now) except -1:
 
 cdef int conn_release(Core core, Conn c) except -1:
     # The connection is gone (quit, hung up, lost): undo everything it holds.
+    # Its reserved jobs may go to waiting connections: the caller settles.
     cdef Job *j
     cdef Tube *t
     if conn_released(c):
@@ -387,5 +388,4 @@ cdef int conn_release(Core core, Conn c) except -1:
     if c.worker:
         core.worker_ct -= 1
     core.conn_ct -= 1
-    settle(core)
     return 0

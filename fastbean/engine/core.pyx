@@ -400,7 +400,10 @@ cdef class Conn:
         """The connection is gone: its reserved jobs go back to ready."""
         enter(self.core)
         self.lost = True
+        if conn_released(self):
+            return
         conn_release(self.core, self)
+        settle(self.core)
 
     @property
     def is_closed(self):

@@ -62,6 +62,7 @@ cdef int conn_run(Core core, Conn c) except -1:
     flush(c)
     if c.state == CONN_QUIT:
         conn_release(core, c)
+        settle(core)        # its reserved jobs may have gone to waiting connections
         if c.held:
             c.state = CONN_CLOSING        # after the binlog commit lets its replies out
         else:

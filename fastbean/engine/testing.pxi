@@ -47,7 +47,7 @@ cdef int _reset(Core core, Conn c) except -1:
         o.lost = True
         waiting_remove(core, o)
     for o in others:
-        conn_release(core, o)
+        conn_release(core, o)       # settled once the command is done, as every command is
     while c.reserved.head != NULL:
         job_delete(core, c.reserved.head)
     i = core.ntubes - 1
