@@ -11,6 +11,8 @@ cdef enum:
     OBUF_KEEP = 65536                 # an output buffer bigger than this is freed once flushed
     OUT_INLINE = 4096                 # a reply's body up to this size is copied into the output buffer
 
+cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
+
 
 cdef bint timer_less(void *a, void *b) noexcept nogil:
     return (<ConnTimer *>a).at < (<ConnTimer *>b).at
@@ -175,6 +177,13 @@ cdef inline void conn_touched(Core core, Conn c):
     if not c.in_run and not c.dirty:
         c.dirty = True
         core.dirty.append(c)
+
+
+cdef inline void ask_again(Conn c):
+    # ask the loop to run c again on its next turn (once)
+    if not c.again_pending:
+        c.again_pending = True
+        hook0(c.core, c.again_cb)
 
 
 cdef void update_reading(Conn c):

@@ -6,8 +6,6 @@ cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent
     KICK_BATCH = 4096                 # jobs one kick moves per loop turn
 
-cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
-
 
 cdef int job_unlink(Core core, Job *j) except -1:
     # Take j out of whatever holds it in its current state.
@@ -222,3 +220,18 @@ cdef int64_t next_deadline(Core core) noexcept:
         if x < at:
             at = x
     return at
+
+
+cdef int rearm(Core core) except -1:
+    # Ask the Python layer for an earlier wake-up if something new is due
+    # before the one already armed.
+    cdef int64_t at
+    cdef int64_t now
+    mem_idle_arm(core)
+    at = next_deadline(core)
+    if at < core.armed_at:
+        core.armed_at = at
+        if core.arm is not None:
+            now = mono_ns()
+            hook1(core, core.arm, 0.0 if at <= now else (at - now) / 1e9)
+    return 0

@@ -11,13 +11,6 @@ cdef enum:
     BODY_BUDGET = 65536
 
 
-cdef inline void ask_again(Conn c):
-    # ask the loop to run c again on its next turn (once)
-    if not c.again_pending:
-        c.again_pending = True
-        hook0(c.core, c.again_cb)
-
-
 cdef bint lease_lost(Core core) except -1:
     # A replicated primary past its lease: another node may be serving, so
     # this one must not answer anything (it is told once, and closes).
@@ -78,21 +71,6 @@ cdef int flush_dirty(Core core) except -1:
         c = core.dirty.pop()
         c.dirty = False
         conn_run(core, c)
-    return 0
-
-
-cdef int rearm(Core core) except -1:
-    # Ask the Python layer for an earlier wake-up if something new is due
-    # before the one already armed.
-    cdef int64_t at
-    cdef int64_t now
-    mem_idle_arm(core)
-    at = next_deadline(core)
-    if at < core.armed_at:
-        core.armed_at = at
-        if core.arm is not None:
-            now = mono_ns()
-            hook1(core, core.arm, 0.0 if at <= now else (at - now) / 1e9)
     return 0
 
 
