@@ -1,5 +1,8 @@
 # The invariants: every structure walked and cross-checked. Tests call it
 # (Core.check); debug builds (FASTBEAN_DEBUG=1) run it after every command.
+#
+# Offers: debug_check, core_check.
+# Uses: table, queue.
 
 
 cdef void debug_check(Core core) except *:

@@ -1,6 +1,9 @@
 # The engine's clocks, in nanoseconds: monotonic for every deadline, wall
 # time where beanstalkd shows or stores it, and the offset by which
 # fastbean-clock-advance (testing.pxi) moves both.
+#
+# Offers: SEC, clock_offset, real_mono_ns, mono_ns, wall_ns.
+# Uses: nothing.
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 

@@ -1,5 +1,9 @@
 # Commands: one function per command of the protocol (protocol.txt), and
 # dispatch. Each answers through c's output; the run loop (run.pxi) flushes.
+#
+# Offers: dispatch, kick_more.
+# Uses: clock, heap, mem, wal, tube, job, walg, stats, metrics, conn, queue,
+#   testing.
 
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:

@@ -1,7 +1,20 @@
 # Connections: how their reads are fed, the output buffer and how it is
 # written, the watch list and the used tube, waiting in reserve (the tubes'
 # waiting sets and the connection's timer), the soonest TTR among its
-# reservations, reading back-pressure, and release when it goes.
+# reservations, reading back-pressure and runs put off to the next loop
+# turn, and release when it goes.
+#
+# Offers: BIG_PUT, timer_less, timer_setpos, conn_new, conn_released,
+#   feed_after_big_put, out_text, out_bytes, out_u64, out_job, out_yaml,
+#   out_drop, flush, conn_touched, ask_again, update_reading, use_tube,
+#   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
+#   waiting_remove, waiter_take, conn_retime, conn_release.
+# Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
+#
+# queue.pxi, included next, answers waiting connections through this file;
+# conn_release is the one use the other way: a leaving connection's reserved
+# jobs go back to ready (job_unlink, job_make_ready), as in beanstalkd's
+# connclose. tests/test_sourcecode.py allows that one.
 
 cdef enum:
     BIG_PUT = 4096                    # after a put this big, reads are taken apart (feed_after_big_put)

@@ -35,7 +35,11 @@ from fastbean.engine.wire cimport (
 )
 
 
-# Structures first (they call nothing below them), then policy.
+# The engine's files in dependency order, so this is a reading order: each
+# uses only the files above it, but for conn.pxi's conn_release, which hands
+# reserved jobs back through queue.pxi. Each opens with what it offers and
+# the files it uses (tests/test_sourcecode.py checks all of it). First the
+# structures, which use no policy file:
 include "clock.pxi"
 include "hooks.pxi"
 include "vec.pxi"
@@ -45,18 +49,20 @@ include "mem.pxi"
 include "wal.pxi"
 include "tube.pxi"
 include "job.pxi"
-include "queue.pxi"
-include "conn.pxi"
-include "cmds.pxi"
-include "run.pxi"
-include "turn.pxi"
-include "stats.pxi"
+
+# The policy:
 include "walg.pxi"
+include "stats.pxi"
+include "metrics.pxi"
+include "conn.pxi"
+include "queue.pxi"
 include "held.pxi"
 include "replay.pxi"
-include "metrics.pxi"
 include "testing.pxi"
+include "cmds.pxi"
 include "check.pxi"
+include "run.pxi"
+include "turn.pxi"
 include "probes.pxi"
 
 

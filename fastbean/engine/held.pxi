@@ -2,6 +2,9 @@
 # core.held (flush, conn.pxi) until binlog.py says the records are as
 # durable as -f asks (Core.set_durable), or is dropped with its connection
 # when they never will be (Core.set_failed).
+#
+# Offers: release_held, fail_held.
+# Uses: hooks, conn.
 
 
 cdef int release_held(Core core) except -1:

@@ -3,6 +3,10 @@
 # hook calls back into the engine before it returns. Every such call goes
 # through hook0/1/2; in debug builds (FASTBEAN_DEBUG=1), every entry point
 # (enter()) asserts that no hook is running.
+#
+# Offers: DEBUG_BUILD, hook0, hook1, hook2, enter.
+# Python: DEBUG.
+# Uses: nothing.
 
 cdef extern from *:
     """

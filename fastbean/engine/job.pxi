@@ -1,5 +1,8 @@
 # Jobs: allocation, lookup by id, freeing. A job's state and the structures
 # it is in are queue.pxi's business.
+#
+# Offers: job_alloc, job_init, job_discard, job_find, job_free, jobs_destroy.
+# Uses: clock, table, mem, tube.
 
 
 # A job of an engine without a binlog ends before its LINK_WAL link.

@@ -1,5 +1,9 @@
 # Entry points for the containers' own tests (tests/test_containers.py):
 # a Heap and a JobTable on their own, without an engine.
+#
+# Offers: nothing.
+# Python: HeapProbe, TableProbe.
+# Uses: vec, heap, table, job.
 
 ctypedef struct ProbeItem:
     int64_t key

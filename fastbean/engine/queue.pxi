@@ -1,6 +1,12 @@
-# Queue moves: a job between ready, delayed, buried and reserved, the
-# counters each state keeps, matching ready jobs with waiting connections,
-# and the work that comes due on the timer (beanstalkd's enqueue and prottick).
+# Queue moves: a job between ready, delayed, buried and reserved, and out
+# (deleted), the counters each state keeps, matching ready jobs with waiting
+# connections, and the work that comes due on the timer, which it arms
+# (beanstalkd's enqueue and prottick).
+#
+# Offers: URGENT_PRI, KICK_BATCH, job_unlink, job_make_ready, job_make_delayed,
+#   job_bury, job_reserve, process_queue, kick_one, job_delete, queue_tick,
+#   next_deadline, rearm.
+# Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, conn.
 
 cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent

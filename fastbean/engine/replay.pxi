@@ -1,6 +1,9 @@
 # Replay: binlog records applied to an engine before it serves (the files
 # at start-up, a standby's parts as they come), then every job put where its
 # last record says (wal_replay_finish).
+#
+# Offers: wal_replay, wal_replay_finish.
+# Uses: clock, vec, mem, wal, tube, job, walg, queue.
 
 
 cdef tuple wal_replay(Core core, object data, int64_t seq):

@@ -2,6 +2,9 @@
 # uses up its share of the turn, then its replies in one write. And what
 # follows every piece of work (settle): connections that got output
 # meanwhile are flushed, the timer is re-armed.
+#
+# Offers: lease_lost, conn_run, flush_dirty, settle.
+# Uses: clock, hooks, conn, queue, cmds, check.
 
 cdef enum:
     # Bytes of put bodies one connection may add per run; the rest waits a

@@ -1,6 +1,9 @@
 # The test-only commands, which only a server started with --testing runs
 # (fastbean.testing and the pytest plugin use them; Core(testing=True)).
 #
+# Offers: test_command.
+# Uses: clock, hooks, tube, conn, queue.
+#
 #   fastbean-clock-advance SECONDS[.FRACTION]  -> ADVANCED <offset ns>
 #       moves the engine's clock (clock_offset) forward, then runs every timer
 #       now due before it answers;

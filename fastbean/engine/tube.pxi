@@ -2,6 +2,10 @@
 # orders of the heaps that hold their jobs, each tube's timer (its soonest
 # delayed job or the end of its pause), and the eligible set: tubes a
 # reservation could be made from right now.
+#
+# Offers: ready_less, deadline_less, job_setpos, tube_less, tube_setpos,
+#   tube_get, tube_incref, tube_decref, tubes_destroy, tube_update, tube_retime.
+# Uses: vec, heap.
 
 
 # ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id

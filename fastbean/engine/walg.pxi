@@ -4,6 +4,10 @@
 # moving on to the spare file binlog.py keeps ready when the current one is
 # full, and which file holds each job's latest full record (a file goes once
 # it and every older one hold none; migration moves the stragglers forward).
+#
+# Offers: wal_marker, wal_record, wal_room, wal_switch, wal_links_on, wal_take,
+#   wal_own, wal_disown, wal_file_add, wal_collect, wal_migrate.
+# Uses: clock, hooks, vec, wal, job.
 
 
 cdef int wal_begin(Core core, Py_ssize_t n) except -1:
