@@ -1,7 +1,9 @@
 # Commands: one function per command of the protocol (protocol.txt), and
 # dispatch. Each answers through c's output; the run loop (run.pxi) flushes.
-
-cdef int64_t SEC = 1000000000
+#
+# Offers: dispatch, kick_more.
+# Uses: clock, heap, mem, wal, tube, job, walg, stats, metrics, conn, queue,
+#   testing.
 
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:
@@ -112,19 +114,6 @@ cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
     _count_worker(core, c)
     job_reserve(core, c, j, mono_ns())
     return out_job(c, MSG_RESERVED, j)
-
-
-cdef int job_delete(Core core, Job *j) except -1:
-    # delete, and fastbean-reset (testing.pxi)
-    job_unlink(core, j)
-    j.tube.cmd_delete += 1
-    if core.wal_on and j.wal_file:
-        # spends the space reserved at put time; cannot fail for room
-        wal_record(core, j, False)
-        core.wal_resv -= WAL_SHORT
-        wal_disown(core, j)
-    job_free(core, j)
-    return 0
 
 
 cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:

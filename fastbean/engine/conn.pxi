@@ -1,7 +1,20 @@
 # Connections: how their reads are fed, the output buffer and how it is
 # written, the watch list and the used tube, waiting in reserve (the tubes'
 # waiting sets and the connection's timer), the soonest TTR among its
-# reservations, reading back-pressure, and release when it goes.
+# reservations, reading back-pressure and runs put off to the next loop
+# turn, and release when it goes.
+#
+# Offers: BIG_PUT, timer_less, timer_setpos, conn_new, conn_released,
+#   feed_after_big_put, out_text, out_bytes, out_u64, out_job, out_yaml,
+#   out_drop, flush, conn_touched, ask_again, update_reading, use_tube,
+#   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
+#   waiting_remove, waiter_take, conn_retime, conn_release.
+# Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
+#
+# queue.pxi, included next, answers waiting connections through this file;
+# conn_release is the one use the other way: a leaving connection's reserved
+# jobs go back to ready (job_unlink, job_make_ready), as in beanstalkd's
+# connclose. tests/test_sourcecode.py allows that one.
 
 cdef enum:
     BIG_PUT = 4096                    # after a put this big, reads are taken apart (feed_after_big_put)
@@ -11,12 +24,14 @@ cdef enum:
     OBUF_KEEP = 65536                 # an output buffer bigger than this is freed once flushed
     OUT_INLINE = 4096                 # a reply's body up to this size is copied into the output buffer
 
+cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
 
-cdef bint _timer_less(void *a, void *b) noexcept nogil:
+
+cdef bint timer_less(void *a, void *b) noexcept nogil:
     return (<ConnTimer *>a).at < (<ConnTimer *>b).at
 
 
-cdef void _timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
+cdef void timer_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<ConnTimer *>a).index = i
 
 
@@ -126,7 +141,7 @@ cdef int out_yaml(Conn c, bytes doc) except -1:
     return out_text(c, MSG_CRLF)
 
 
-cdef inline void _out_drop(Conn c):
+cdef inline void out_drop(Conn c):
     c.olen = 0
     c.chunks = []
 
@@ -136,7 +151,7 @@ cdef int flush(Conn c) except -1:
     # records that are not durable yet: then it waits in core.held.
     cdef Core core = c.core
     if c.lost:
-        _out_drop(c)
+        out_drop(c)
         lat_lost(c)
         return 0
     if c.held:
@@ -175,6 +190,13 @@ cdef inline void conn_touched(Core core, Conn c):
     if not c.in_run and not c.dirty:
         c.dirty = True
         core.dirty.append(c)
+
+
+cdef inline void ask_again(Conn c):
+    # ask the loop to run c again on its next turn (once)
+    if not c.again_pending:
+        c.again_pending = True
+        hook0(c.core, c.again_cb)
 
 
 cdef void update_reading(Conn c):
@@ -351,6 +373,7 @@ cdef int conn_retime(Core core, Conn c, int64_t now) except -1:
 
 cdef int conn_release(Core core, Conn c) except -1:
     # The connection is gone (quit, hung up, lost): undo everything it holds.
+    # Its reserved jobs may go to waiting connections: the caller settles.
     cdef Job *j
     cdef Tube *t
     if conn_released(c):
@@ -387,5 +410,4 @@ cdef int conn_release(Core core, Conn c) except -1:
     if c.worker:
         core.worker_ct -= 1
     core.conn_ct -= 1
-    settle(core)
     return 0

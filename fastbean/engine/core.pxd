@@ -1,25 +1,37 @@
 # The queue engine's structures: jobs, tubes, connections and the engine
 # itself. Read this first; every field says what it holds, in what unit, and
 # who owns it. The code lives in core.pyx (the Python-facing API) and the
-# files it includes, one concern each:
+# files it includes, one concern each, in dependency order: each uses only
+# the files above it (one exception: conn.pxi's conn_release uses queue.pxi).
+# Each opens with what it offers and which files it uses;
+# tests/test_sourcecode.py checks all of that. The structures, which use no
+# policy file:
 #
+#   clock.pxi   the clocks (monotonic and wall ns) and the test clock's offset
+#   hooks.pxi   every call into Python, and the debug build's no-re-entry check
 #   vec.pxi     growable arrays and the intrusive job list
 #   heap.pxi    binary min-heap with positions kept in the elements
 #   table.pxi   id -> job table with incremental resizing
 #   mem.pxi     memory accounting, and giving memory back after a backlog
-#   job.pxi     job allocation and lookup
-#   tube.pxi    tubes: the registry, references, timers, the eligible set
-#   queue.pxi   job state moves, matching jobs with waiting connections, due timers
-#   conn.pxi    a connection's output, watch list, waiting, TTR margin, release
-#   cmds.pxi    one function per command, and dispatch
-#   run.pxi     running a connection's buffered commands; the end of each piece of work
-#   turn.pxi    fair turns: which connection runs a read now, which at the end of the loop turn
+#   wal.pxi     binlog records: beanstalkd's format version 7, encoding and reading back
+#   tube.pxi    tubes: the registry, references, the orders of their heaps, timers, the eligible set
+#   job.pxi     job allocation, lookup and freeing
+#
+# The policy:
+#
+#   walg.pxi    binlog space, moving on to the spare file, which file holds which job, migration
 #   stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
 #   metrics.pxi reply latency per command family, and tube rows for the metrics endpoint
+#   conn.pxi    a connection's output, watch list, waiting, TTR margin, release
+#   queue.pxi   job state moves and deletes, matching jobs with waiting connections, due timers
+#   held.pxi    replies held until their binlog records are durable
+#   replay.pxi  binlog records replayed, then the jobs put where they belong
 #   testing.pxi the test-only commands (fastbean-reset, fastbean-clock-advance)
-#   wal.pxi     binlog records: beanstalkd's format version 7, encoding and replay parsing
-#   walg.pxi    binlog space, files, migration, replayed jobs, replies held until durable
+#   cmds.pxi    one function per command, and dispatch
 #   check.pxi   the invariants debug builds check after every command
+#   run.pxi     running a connection's buffered commands; the end of each piece of work
+#   turn.pxi    fair turns: which connection runs a read now, which at the end of the loop turn
+#   probes.pxi  the heap and the id table on their own, for tests
 #
 # Sans-IO: the engine never touches a socket or a file. A connection hands it
 # bytes (Conn.feed), it runs every complete command in compiled code and
@@ -273,7 +285,7 @@ cdef class Core:
     cdef uint64_t wal_seq             # records appended so far
     cdef uint64_t durable_seq         # records binlog.py has made durable (per -f)
     cdef bint commit_asked            # commit_soon() called since the last take_wal()
-    cdef list held                    # connections whose replies wait for durability
+    cdef list held                    # connections whose replies wait for durability (held.pxi)
     cdef Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
     cdef int64_t wal_used             # bytes of it used (written or in wba)
@@ -284,7 +296,7 @@ cdef class Core:
     cdef uint64_t wal_written, wal_migrated
     cdef WalFile *wfiles              # oldest first; the last is the current file
     cdef Py_ssize_t nwfiles, capwfiles
-    cdef JobList replayed             # jobs read by replay, in order of first appearance
+    cdef JobList replayed             # jobs read by replay (replay.pxi), in order of first appearance
     cdef uint64_t replay_max_id
     # take_wal() hands records over in pieces of at most this many bytes (a
     # record bigger than that alone), cut at record boundaries as they are
@@ -307,7 +319,7 @@ cdef class Core:
     cdef uint64_t turn_start, last_turn_start   # served when this turn and the last began
 
     # Hooks, given once at construction. None of them calls back into the
-    # engine before it returns (debug builds check: check.pxi).
+    # engine before it returns (debug builds check: hooks.pxi).
     cdef object arm                   # arm(delay_seconds): re-arm the loop timer
     # end_turn_soon(): have end_turn() called once this loop turn's reads
     # are in (server.py, or busypoll.py while it polls)
@@ -328,9 +340,9 @@ cdef class Core:
     # serving (replication.py, through server.py)
     cdef object lease_over
 
-    # Debug builds (check.pxi).
-    cdef uint64_t debug_cmds          # commands run: the structures are checked as they go
-    cdef int in_hook                  # a hook is running: nothing may call into the engine
+    # Debug builds.
+    cdef uint64_t debug_cmds          # commands run: the structures are checked as they go (check.pxi)
+    cdef int in_hook                  # a hook is running: nothing may call into the engine (hooks.pxi)
 
 
 # A connection's lifecycle. Released = its reservations, watches and use are

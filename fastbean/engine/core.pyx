@@ -10,7 +10,6 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MA
 from libc.stdlib cimport malloc, calloc, free, qsort
 from libc.string cimport memcpy, memset, memmove
 from libc.stdio cimport snprintf
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
@@ -36,46 +35,35 @@ from fastbean.engine.wire cimport (
 )
 
 
-# How far fastbean-clock-advance has moved the engine's clock (testing.pxi);
-# always 0 without --testing.
-cdef int64_t clock_offset = 0
-
-
-cdef inline int64_t real_mono_ns() noexcept nogil:
-    # Elapsed time that a test clock must not move (reply latency).
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
-cdef inline int64_t mono_ns() noexcept nogil:
-    return real_mono_ns() + clock_offset
-
-
-cdef inline int64_t wall_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec + clock_offset
-
-
-# Structures first (they call nothing below them), then policy.
+# The engine's files in dependency order, so this is a reading order: each
+# uses only the files above it, but for conn.pxi's conn_release, which hands
+# reserved jobs back through queue.pxi. Each opens with what it offers and
+# the files it uses (tests/test_sourcecode.py checks all of it). First the
+# structures, which use no policy file:
+include "clock.pxi"
+include "hooks.pxi"
 include "vec.pxi"
 include "heap.pxi"
 include "table.pxi"
 include "mem.pxi"
 include "wal.pxi"
-include "job.pxi"
 include "tube.pxi"
-include "queue.pxi"
+include "job.pxi"
+
+# The policy:
+include "walg.pxi"
+include "stats.pxi"
+include "metrics.pxi"
 include "conn.pxi"
+include "queue.pxi"
+include "held.pxi"
+include "replay.pxi"
+include "testing.pxi"
 include "cmds.pxi"
+include "check.pxi"
 include "run.pxi"
 include "turn.pxi"
-include "stats.pxi"
-include "walg.pxi"
-include "metrics.pxi"
-include "testing.pxi"
-include "check.pxi"
+include "probes.pxi"
 
 
 cdef class Core:
@@ -83,9 +71,9 @@ cdef class Core:
 
     def __cinit__(self):
         table_init(&self.jobs)
-        heap_init(&self.tube_timers, _tube_less, _tube_setpos)
-        heap_init(&self.ttr_heap, _deadline_less, _job_setpos)
-        heap_init(&self.conn_timers, _timer_less, _timer_setpos)
+        heap_init(&self.tube_timers, tube_less, tube_setpos)
+        heap_init(&self.ttr_heap, deadline_less, job_setpos)
+        heap_init(&self.conn_timers, timer_less, timer_setpos)
 
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
@@ -418,7 +406,10 @@ cdef class Conn:
         """The connection is gone: its reserved jobs go back to ready."""
         enter(self.core)
         self.lost = True
+        if conn_released(self):
+            return
         conn_release(self.core, self)
+        settle(self.core)
 
     @property
     def is_closed(self):

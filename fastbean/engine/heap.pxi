@@ -1,5 +1,8 @@
 # Binary min-heap over pointers (declared in core.pxd). Its array grows and
 # shrinks with the vec.pxi rules, so memory follows the backlog down again.
+#
+# Offers: heap_init, heap_free, heap_insert, heap_fix, heap_remove.
+# Uses: vec.
 
 
 cdef void heap_init(Heap *h, heap_less_fn less, heap_setpos_fn setpos) noexcept:

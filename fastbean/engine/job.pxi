@@ -1,22 +1,8 @@
-# Jobs: allocation, lookup by id, freeing, and the orders of the heaps that
-# hold them. A job's state and the structures it is in are queue.pxi's business.
-
-
-# ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id
-cdef bint _ready_less(void *a, void *b) noexcept nogil:
-    cdef Job *x = <Job *>a
-    cdef Job *y = <Job *>b
-    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
-
-
-cdef bint _deadline_less(void *a, void *b) noexcept nogil:
-    cdef Job *x = <Job *>a
-    cdef Job *y = <Job *>b
-    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
-
-
-cdef void _job_setpos(void *a, Py_ssize_t i) noexcept nogil:
-    (<Job *>a).heap_index = i
+# Jobs: allocation, lookup by id, freeing. A job's state and the structures
+# it is in are queue.pxi's business.
+#
+# Offers: job_alloc, job_init, job_discard, job_find, job_free, jobs_destroy.
+# Uses: clock, table, mem, tube.
 
 
 # A job of an engine without a binlog ends before its LINK_WAL link.
@@ -57,17 +43,6 @@ cdef void job_init(Core core, Job *j, uint64_t id, uint32_t pri, int64_t delay_n
 cdef inline void job_discard(Job *j) noexcept:
     # a put whose body never made a job (job_alloc without job_init)
     PyMem_Free(j)
-
-
-cdef int wal_links_on(Core core) except -1:
-    # The first binlog call (replay or the start of logging): from now on
-    # jobs carry their binlog link. One made before it has none, and no
-    # binlog file could ever own it, so that order is refused.
-    if not core.wal_links:
-        if core.jobs.count:
-            raise RuntimeError("the binlog must start before the first job is made")
-        core.wal_links = True
-    return 0
 
 
 cdef inline Job *job_find(Core core, uint64_t id) noexcept:

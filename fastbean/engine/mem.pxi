@@ -3,6 +3,11 @@
 # has gone quiet. The pages themselves are faulted in ahead of demand by
 # include/arena.h's helper thread.
 #
+# Offers: JOB_OVERHEAD, IDLE_WAIT, mem_charge, mem_refund, mem_release,
+#   mem_new_job, mem_trim, mem_idle_arm, mem_idle.
+# Python: tune_malloc, prefault_arenas, arena_stats.
+# Uses: clock, table.
+#
 # Idle give-back: after any read, the tick looks again IDLE_WAIT later. If
 # no read came meanwhile, the server is idle: the id table shrinks to fit
 # its jobs (IDLE_TABLE_STEP buckets a loop turn), then the helper thread

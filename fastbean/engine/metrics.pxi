@@ -1,7 +1,12 @@
 # What the engine keeps for the metrics endpoint (metrics.py): reply latency
-# per command family, and the rows of stats-tube a scrape publishes.
-# Included by core.pyx. The inline hooks are all the hot path pays: one
-# clock read per read that starts a batch and one per write that ends it.
+# per command family, and the rows of stats-tube a scrape publishes. The
+# inline lat_* calls are all the hot path pays: one clock read per read that
+# starts a batch and one per write that ends it.
+#
+# Offers: lat_read, lat_run, lat_blocked, lat_written, lat_lost.
+# Python: LATENCY_FAMILIES, TUBE_KEYS, TUBE_SUMMED, latency_histograms,
+#   stats_text, tube_rows.
+# Uses: clock, stats.
 
 cdef extern from "hist.h":
     int FB_LATENCY_BOUNDS

@@ -1,12 +1,16 @@
-# Queue moves: a job between ready, delayed, buried and reserved, the
-# counters each state keeps, matching ready jobs with waiting connections,
-# and the work that comes due on the timer (beanstalkd's enqueue and prottick).
+# Queue moves: a job between ready, delayed, buried and reserved, and out
+# (deleted), the counters each state keeps, matching ready jobs with waiting
+# connections, and the work that comes due on the timer, which it arms
+# (beanstalkd's enqueue and prottick).
+#
+# Offers: URGENT_PRI, KICK_BATCH, job_unlink, job_make_ready, job_make_delayed,
+#   job_bury, job_reserve, process_queue, kick_one, job_delete, queue_tick,
+#   next_deadline, rearm.
+# Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, conn.
 
 cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent
     KICK_BATCH = 4096                 # jobs one kick moves per loop turn
-
-cdef int64_t MARGIN = 1000000000      # DEADLINE_SOON window before a TTR ends
 
 
 cdef int job_unlink(Core core, Job *j) except -1:
@@ -106,7 +110,7 @@ cdef int process_queue(Core core) except -1:
         best = core.eligible[0]
         for i in range(1, core.neligible):
             t = core.eligible[i]
-            if _ready_less(t.ready.items[0], best.ready.items[0]):
+            if ready_less(t.ready.items[0], best.ready.items[0]):
                 best = t
         j = <Job *>best.ready.items[0]
         job_unlink(core, j)
@@ -130,6 +134,19 @@ cdef int kick_one(Core core, Job *j) except -1:
         wal_record(core, j, False)
     job_make_ready(core, j)
     return 1
+
+
+cdef int job_delete(Core core, Job *j) except -1:
+    # delete, and fastbean-reset (testing.pxi)
+    job_unlink(core, j)
+    j.tube.cmd_delete += 1
+    if core.wal_on and j.wal_file:
+        # spends the space reserved at put time; cannot fail for room
+        wal_record(core, j, False)
+        core.wal_resv -= WAL_SHORT
+        wal_disown(core, j)
+    job_free(core, j)
+    return 0
 
 
 cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
@@ -209,3 +226,18 @@ cdef int64_t next_deadline(Core core) noexcept:
         if x < at:
             at = x
     return at
+
+
+cdef int rearm(Core core) except -1:
+    # Ask the Python layer for an earlier wake-up if something new is due
+    # before the one already armed.
+    cdef int64_t at
+    cdef int64_t now
+    mem_idle_arm(core)
+    at = next_deadline(core)
+    if at < core.armed_at:
+        core.armed_at = at
+        if core.arm is not None:
+            now = mono_ns()
+            hook1(core, core.arm, 0.0 if at <= now else (at - now) / 1e9)
+    return 0

@@ -2,6 +2,9 @@
 # uses up its share of the turn, then its replies in one write. And what
 # follows every piece of work (settle): connections that got output
 # meanwhile are flushed, the timer is re-armed.
+#
+# Offers: lease_lost, conn_run, flush_dirty, settle.
+# Uses: clock, hooks, conn, queue, cmds, check.
 
 cdef enum:
     # Bytes of put bodies one connection may add per run; the rest waits a
@@ -9,13 +12,6 @@ cdef enum:
     # by the depth of its pipeline every turn, and the queue (and RSS)
     # balloons under a load beanstalkd keeps balanced.
     BODY_BUDGET = 65536
-
-
-cdef inline void ask_again(Conn c):
-    # ask the loop to run c again on its next turn (once)
-    if not c.again_pending:
-        c.again_pending = True
-        hook0(c.core, c.again_cb)
 
 
 cdef bint lease_lost(Core core) except -1:
@@ -62,6 +58,7 @@ cdef int conn_run(Core core, Conn c) except -1:
     flush(c)
     if c.state == CONN_QUIT:
         conn_release(core, c)
+        settle(core)        # its reserved jobs may have gone to waiting connections
         if c.held:
             c.state = CONN_CLOSING        # after the binlog commit lets its replies out
         else:
@@ -77,21 +74,6 @@ cdef int flush_dirty(Core core) except -1:
         c = core.dirty.pop()
         c.dirty = False
         conn_run(core, c)
-    return 0
-
-
-cdef int rearm(Core core) except -1:
-    # Ask the Python layer for an earlier wake-up if something new is due
-    # before the one already armed.
-    cdef int64_t at
-    cdef int64_t now
-    mem_idle_arm(core)
-    at = next_deadline(core)
-    if at < core.armed_at:
-        core.armed_at = at
-        if core.arm is not None:
-            now = mono_ns()
-            hook1(core, core.arm, 0.0 if at <= now else (at - now) / 1e9)
     return 0
 
 

@@ -1,5 +1,9 @@
 # Job table: id -> Job*, chained through Job.ht_next (declared in core.pxd).
 #
+# Offers: table_init, table_free, table_find, table_idle_shrink, table_insert,
+#   table_remove, table_buckets.
+# Uses: nothing.
+#
 # Resizing is incremental: a grow or shrink allocates the new bucket array and
 # then every insert and remove moves TABLE_STEP buckets across, so the cost of
 # a resize is spread over the operations that caused it. Ids are handed out in

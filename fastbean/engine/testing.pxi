@@ -1,6 +1,9 @@
 # The test-only commands, which only a server started with --testing runs
 # (fastbean.testing and the pytest plugin use them; Core(testing=True)).
 #
+# Offers: test_command.
+# Uses: clock, hooks, tube, conn, queue.
+#
 #   fastbean-clock-advance SECONDS[.FRACTION]  -> ADVANCED <offset ns>
 #       moves the engine's clock (clock_offset) forward, then runs every timer
 #       now due before it answers;
@@ -47,7 +50,7 @@ cdef int _reset(Core core, Conn c) except -1:
         o.lost = True
         waiting_remove(core, o)
     for o in others:
-        conn_release(core, o)
+        conn_release(core, o)       # settled once the command is done, as every command is
     while c.reserved.head != NULL:
         job_delete(core, c.reserved.head)
     i = core.ntubes - 1

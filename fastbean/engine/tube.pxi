@@ -1,13 +1,35 @@
-# Tubes: the registry by name (in list-tubes order), reference counts, each
-# tube's timer (its soonest delayed job or the end of its pause), and the
-# eligible set: tubes a reservation could be made from right now.
+# Tubes: the registry by name (in list-tubes order), reference counts, the
+# orders of the heaps that hold their jobs, each tube's timer (its soonest
+# delayed job or the end of its pause), and the eligible set: tubes a
+# reservation could be made from right now.
+#
+# Offers: ready_less, deadline_less, job_setpos, tube_less, tube_setpos,
+#   tube_get, tube_incref, tube_decref, tubes_destroy, tube_update, tube_retime.
+# Uses: vec, heap.
 
 
-cdef bint _tube_less(void *a, void *b) noexcept nogil:
+# ready jobs: by priority, then id; delayed and reserved jobs: by deadline, then id
+cdef bint ready_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.pri < y.pri or (x.pri == y.pri and x.id < y.id)
+
+
+cdef bint deadline_less(void *a, void *b) noexcept nogil:
+    cdef Job *x = <Job *>a
+    cdef Job *y = <Job *>b
+    return x.deadline < y.deadline or (x.deadline == y.deadline and x.id < y.id)
+
+
+cdef void job_setpos(void *a, Py_ssize_t i) noexcept nogil:
+    (<Job *>a).heap_index = i
+
+
+cdef bint tube_less(void *a, void *b) noexcept nogil:
     return (<Tube *>a).timer_at < (<Tube *>b).timer_at
 
 
-cdef void _tube_setpos(void *a, Py_ssize_t i) noexcept nogil:
+cdef void tube_setpos(void *a, Py_ssize_t i) noexcept nogil:
     (<Tube *>a).timer_index = i
 
 
@@ -28,8 +50,8 @@ cdef Tube *tube_get(Core core, const char *name, Py_ssize_t n, bint create) exce
         raise MemoryError()
     t.name = <PyObject *>key
     Py_INCREF(key)
-    heap_init(&t.ready, _ready_less, _job_setpos)
-    heap_init(&t.delay, _deadline_less, _job_setpos)
+    heap_init(&t.ready, ready_less, job_setpos)
+    heap_init(&t.delay, deadline_less, job_setpos)
     t.timer_index = -1
     t.elig_index = -1
     t.list_index = core.ntubes

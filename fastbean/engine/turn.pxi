@@ -2,6 +2,9 @@
 # of the loop turn. epoll lists the sockets it reported in the last turn
 # first, so running reads in the order they come would serve a few clients
 # again and again while the others wait.
+#
+# Offers: conn_feed, turn_finish.
+# Uses: hooks, metrics, conn, run.
 
 ctypedef struct TurnSlot:
     uint64_t served

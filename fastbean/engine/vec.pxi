@@ -1,5 +1,8 @@
 # Small containers, written once (declared in core.pxd): the growable array
 # every variable-size array of the engine uses, and the intrusive list of jobs.
+#
+# Offers: vec_grow, vec_shrink, list_push_back, list_push_front, list_remove.
+# Uses: nothing.
 
 from libc.stdlib cimport realloc
 

@@ -2,6 +2,11 @@
 # encoding a job's record and reading records back. The files are
 # binlog.py's business, the space and ownership walg.pxi's.
 #
+# Offers: WAL_SHORT, WAL_HEADER, wal_full_size, rec_fill, rec_fill_marker,
+#   header_check, rec_read.
+# Python: FILE_HEADER, FILE_FIRST_RECORD, id_marker.
+# Uses: clock.
+#
 # A file is an int32 version, then records: int32 name length, the tube name,
 # a Jobrec, and the body when the name length is not 0 (a full record: put,
 # migration); a name length of 0 is a short record (every later change).

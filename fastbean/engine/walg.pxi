@@ -2,9 +2,12 @@
 # write, the space of the current file (it always keeps room for a delete
 # record of every live job, so a full disk refuses puts but never deletes),
 # moving on to the spare file binlog.py keeps ready when the current one is
-# full, which file holds each job's latest full record (a file goes once it
-# and every older one hold none; migration moves the stragglers forward),
-# jobs read back by replay, and replies held until their records are durable.
+# full, and which file holds each job's latest full record (a file goes once
+# it and every older one hold none; migration moves the stragglers forward).
+#
+# Offers: wal_marker, wal_record, wal_room, wal_switch, wal_links_on, wal_take,
+#   wal_own, wal_disown, wal_file_add, wal_collect, wal_migrate.
+# Uses: clock, hooks, vec, wal, job.
 
 
 cdef int wal_begin(Core core, Py_ssize_t n) except -1:
@@ -124,6 +127,17 @@ cdef int wal_need_file(Core core) except -1:
     return 0
 
 
+cdef int wal_links_on(Core core) except -1:
+    # The first binlog call (replay or the start of logging): from now on
+    # jobs carry their binlog link. One made before it has none, and no
+    # binlog file could ever own it, so that order is refused.
+    if not core.wal_links:
+        if core.jobs.count:
+            raise RuntimeError("the binlog must start before the first job is made")
+        core.wal_links = True
+    return 0
+
+
 cdef tuple wal_take(Core core):
     # What binlog.py writes next: [(file number, records), ...] in order
     # (more than one after a move to the spare or past a piece limit), and
@@ -194,156 +208,3 @@ cdef Py_ssize_t wal_migrate(Core core, Py_ssize_t limit) except -1:
         core.wal_migrated += 1
         n += 1
     return n
-
-
-# -- replies held until durable -------------------------------------------------------
-
-cdef int release_held(Core core) except -1:
-    # Let out the replies whose records are now durable, in order per connection.
-    cdef Conn c
-    if not core.held:
-        return 0
-    held = core.held
-    core.held = []
-    for c in held:
-        if c.wal_need > core.durable_seq:
-            core.held.append(c)
-            continue
-        c.held = False
-        flush(c)
-        if c.state == CONN_CLOSING:
-            c.state = CONN_CLOSED
-            hook0(core, c.close_cb)
-    return 0
-
-
-cdef int fail_held(Core core, uint64_t seq) except -1:
-    # Records up to seq will never be known durable: hang up on the
-    # connections whose replies wait on them, without those replies. They
-    # do not become durable by this, so every other reply keeps waiting
-    # behind them: the node stops serving from this engine (server.py).
-    cdef Conn c
-    held = core.held
-    core.held = []
-    for c in held:
-        if c.wal_need > seq:
-            core.held.append(c)
-            continue
-        c.held = False
-        c.lost = True               # this output and any later goes nowhere
-        _out_drop(c)
-        if c.state == CONN_CLOSING:
-            c.state = CONN_CLOSED
-        hook0(core, c.close_cb)
-    return 0
-
-
-# -- replay -------------------------------------------------------------------------
-
-cdef tuple wal_replay(Core core, object data, int64_t seq):
-    # Apply the records of binlog.<seq>: (records applied, where they end,
-    # reason or None). A zero-filled tail is unused preallocation, not loss.
-    # A replicated part comes in several calls: they add to one file.
-    cdef const char *p
-    cdef Py_ssize_t n, pos, k
-    cdef Py_ssize_t size = 0
-    cdef int32_t namelen = 0
-    cdef Jobrec rec
-    cdef Py_ssize_t count = 0
-    cdef const char *name = NULL
-    cdef const char *body = NULL
-    cdef int signed = -1
-    if not isinstance(data, bytes):
-        data = bytes(data)
-    p = PyBytes_AS_STRING(data)
-    n = PyBytes_GET_SIZE(data)
-    if core.nwfiles == 0 or core.wfiles[core.nwfiles - 1].seq != seq:
-        wal_file_add(core, seq, 0, 0)
-    reason = header_check(p, n)
-    if reason is not None or n < WAL_HEADER:
-        return (0, 0, reason)
-    pos = WAL_HEADER
-    while pos + 4 <= n:
-        reason = rec_read(p, n, pos, &signed, &rec, &name, &namelen, &body, &size)
-        if reason is not None or size == 0:
-            break
-        reason = _replay_apply(core, &rec, name, namelen, body)
-        if reason is not None:
-            break
-        count += 1
-        pos += size
-    if reason is None:
-        # whatever follows the last record must be preallocated zeros
-        for k in range(pos, n):
-            if p[k] != 0:
-                reason = "garbage after the last record"
-                break
-    return (count, pos, reason)
-
-
-cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t namelen,
-                          const char *body):
-    cdef Job *j = job_find(core, rec.id)
-    cdef Tube *t
-    if rec.id > core.replay_max_id:
-        core.replay_max_id = rec.id
-    if j == NULL:
-        if namelen == 0 or rec.state == JOB_INVALID:
-            return None             # its full record was in a file already gone
-        t = tube_get(core, name, namelen, True)
-        j = job_alloc(core, rec.body_size)
-        memcpy(j.body, body, rec.body_size)
-        job_init(core, j, rec.id, rec.pri, rec.delay, rec.ttr, t)
-        mem_charge(core, rec.body_size + JOB_OVERHEAD)
-        list_push_back(&core.replayed, j, LINK_STATE)
-    elif rec.state == JOB_INVALID:
-        list_remove(&core.replayed, j, LINK_STATE)
-        wal_disown(core, j)
-        job_free(core, j)
-        return None
-    elif namelen:
-        if j.body_size != rec.body_size:
-            return "job %d changed size" % rec.id
-        memcpy(j.body, body, rec.body_size)
-    j.pri = rec.pri
-    j.delay_ns = rec.delay
-    j.ttr_ns = rec.ttr
-    j.created_wall = rec.created_at
-    j.deadline = rec.deadline_at          # wall ns until replay_finish
-    j.reserve_ct = rec.reserve_ct
-    j.timeout_ct = rec.timeout_ct
-    j.release_ct = rec.release_ct
-    j.bury_ct = rec.bury_ct
-    j.kick_ct = rec.kick_ct
-    j.state = rec.state
-    if namelen:
-        wal_disown(core, j)
-        wal_own(core, j)
-    return None
-
-
-cdef Py_ssize_t wal_replay_finish(Core core) except -1:
-    # Put the replayed jobs where their states say, in order of first
-    # appearance; reserved ones come back ready.
-    cdef int64_t mono = mono_ns()
-    cdef int64_t wall = wall_ns()
-    cdef Job *j
-    cdef Py_ssize_t count = 0
-    cdef uint8_t state
-    while core.replayed.head != NULL:
-        j = core.replayed.head
-        list_remove(&core.replayed, j, LINK_STATE)
-        state = j.state
-        j.state = JOB_INVALID
-        if state == JOB_DELAYED and j.deadline > wall:
-            job_make_delayed(core, j, j.deadline - wall + mono)
-        elif state == JOB_BURIED:
-            job_bury(core, j)
-            j.bury_ct -= 1              # a restart is not a bury
-        else:
-            job_make_ready(core, j)
-        count += 1
-    core.wal_resv = WAL_SHORT * core.jobs.count
-    if core.replay_max_id >= core.next_id:
-        core.next_id = core.replay_max_id + 1
-    return count

@@ -1,0 +1,309 @@
+"""Rules of the source tree that a refactor must not break unnoticed
+(asyncpg's tests/test__sourcecode.py idea). No build needed: the files are read.
+
+The engine (fastbean/engine) is one extension module: core.pyx includes the
+.pxi files in order, and Cython lets any of them call any other. The rules:
+- structure files (STRUCTURE) use nothing defined in the policy files;
+- the include order is the dependency order: a file uses only what the
+  files included before it define, but for ALLOWED_BACK_EDGES;
+- a name that starts with an underscore is its file's own;
+- each file opens with a header that matches the code: '# Offers:' names
+  what other engine files use of it, '# Python:' what core.pyi shows of it,
+  '# Uses:' the files it uses, in include order.
+"Use" means any mention: a call, a constant, a function passed as a pointer.
+
+Run this file directly to print who uses what.
+"""
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE = os.path.join(ROOT, "fastbean", "engine")
+
+# Included first, in this order; the rest are policy.
+STRUCTURE = ("clock", "hooks", "vec", "heap", "table", "mem", "wal", "tube", "job")
+
+# (user, used) -> why `user` may use a file included after it. Keep it short.
+ALLOWED_BACK_EDGES = {
+    ("conn", "queue"): "conn_release hands a leaving connection's reserved jobs back to ready "
+                       "(job_unlink, job_make_ready), while queue moves answer waiting connections "
+                       "through conn.pxi; beanstalkd's conn.c and prot.c are tied the same way",
+}
+
+
+# -- reading Cython source -------------------------------------------------------------
+
+_STRING_START = re.compile(r"""[bBrRuUfFcC]{0,2}('''|\"\"\"|'|")""")
+
+
+def code_only(text):
+    """text with its comments and string literals blanked, newlines kept."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "#":
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif ch.isalnum() or ch == "_":
+            m = _STRING_START.match(text, i)
+            if m:                               # a prefixed literal: b"...", c'\r'
+                i = _skip_string(text, i, m, out)
+                continue
+            j = i
+            while j < n and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            out.append(text[i:j])
+            i = j
+        elif ch in "'\"":
+            i = _skip_string(text, i, _STRING_START.match(text, i), out)
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _skip_string(text, i, m, out):
+    quote, j, n = m.group(1), m.end(), len(text)
+    while j < n:
+        if text[j] == "\\":
+            j += 2
+        elif text.startswith(quote, j):
+            j += len(quote)
+            break
+        elif len(quote) == 1 and text[j] == "\n":
+            break
+        else:
+            j += 1
+    out.append(re.sub(r"[^\n]", " ", text[i:j]))
+    return j
+
+
+_FUNC = re.compile(r"^c?p?def\s+[^=\n(:]*?\b(\w+)\s*\(", re.M)
+_CLASS = re.compile(r"^cdef\s+class\s+(\w+)", re.M)
+_STRUCT = re.compile(r"^ctypedef\s+struct\s+(\w+)", re.M)
+_CVAR = re.compile(r"^cdef\s+(?!class\b|enum\b|extern\b|struct\b)[\w\s*]*?\b(\w+)\s*(?:=|\[|$)", re.M)
+_PYVAR = re.compile(r"^([A-Za-z_]\w*)\s*=", re.M)
+_BLOCK = re.compile(r"^cdef\s+(?:enum|extern)\b[^\n]*:[ \t]*$", re.M)
+_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
+
+
+def definitions(code):
+    """The names `code` (from code_only) defines at module level: functions,
+    classes, structs, variables, enum members and extern declarations."""
+    names = set()
+    for rx in (_FUNC, _CLASS, _STRUCT, _CVAR, _PYVAR):
+        names.update(m.group(1) for m in rx.finditer(code))
+    for m in _BLOCK.finditer(code):
+        # one name per line at the block's first indentation level
+        indent = None
+        for line in code[m.end():].split("\n")[1:]:
+            if not line.strip():
+                continue
+            width = len(line) - len(line.lstrip())
+            if width == 0:
+                break
+            indent = indent or width
+            words = re.split(r"[(\[=:]", line)[0].split()
+            if width == indent and words:
+                names.add(words[-1])
+    return names
+
+
+def mentions(code):
+    """Every identifier `code` mentions, attributes (x.name) left out."""
+    return set(_NAME.findall(code))
+
+
+def header(text):
+    """{'Offers'|'Python'|'Uses': [names]} from a file's opening comment;
+    a field goes on over lines that start with '#   '."""
+    fields, key = {}, None
+    for line in text.split("\n"):
+        if not line.startswith("#"):
+            break
+        m = re.match(r"# (Offers|Python|Uses):(.*)$", line)
+        if m:
+            key = m.group(1)
+            fields[key] = m.group(2)
+        elif key and line.startswith("#   "):
+            fields[key] += " " + line[1:]
+        else:
+            key = None
+    out = {}
+    for key, value in fields.items():
+        value = value.strip().rstrip(".")
+        out[key] = [] if value in ("", "nothing") else [v.strip() for v in value.split(",")]
+    return out
+
+
+# -- the rules, on any set of files ---------------------------------------------------
+
+class Tree:
+    """files: {stem: source} in include order; top: the includer's source
+    (core.pyx), read after every file; python: the names core.pyi shows."""
+
+    def __init__(self, files, top="", python=()):
+        self.files = dict(files)
+        self.order = list(files)
+        self.defined_in = {}
+        for stem in self.order:
+            for name in definitions(code_only(files[stem])):
+                self.defined_in.setdefault(name, stem)
+        self.python = set(python)
+        self.uses = {}          # reader -> {stem it uses: names}
+        for reader, text in list(files.items()) + [("core.pyx", top)]:
+            mine = {}
+            for name in mentions(code_only(text)):
+                owner = self.defined_in.get(name)
+                if owner is not None and owner != reader:
+                    mine.setdefault(owner, set()).add(name)
+            self.uses[reader] = mine
+
+    def structure_violations(self, structure):
+        out = []
+        for stem in structure:
+            for other, names in sorted(self.uses[stem].items()):
+                if other not in structure:
+                    out.append("%s.pxi (structure) uses %s.pxi (policy): %s"
+                               % (stem, other, ", ".join(sorted(names))))
+        return out
+
+    def order_violations(self, allowed=()):
+        rank = {stem: i for i, stem in enumerate(self.order)}
+        out = []
+        for stem in self.order:
+            for other, names in sorted(self.uses[stem].items()):
+                if rank[other] > rank[stem] and (stem, other) not in allowed:
+                    out.append("%s.pxi uses %s.pxi, which is included after it: %s"
+                               % (stem, other, ", ".join(sorted(names))))
+        return out
+
+    def private_violations(self):
+        out = []
+        for reader, others in sorted(self.uses.items()):
+            for other, names in sorted(others.items()):
+                private = sorted(n for n in names if n.startswith("_"))
+                if private:
+                    out.append("%s uses %s.pxi's own %s" % (reader, other, ", ".join(private)))
+        return out
+
+    def header_violations(self):
+        offered = {stem: set() for stem in self.order}
+        for others in self.uses.values():
+            for other, names in others.items():
+                offered[other] |= names
+        out = []
+        for stem in self.order:
+            h = header(self.files[stem])
+            if "Offers" not in h or "Uses" not in h:
+                out.append("%s.pxi: its opening comment has no '# Offers:' or no '# Uses:' line" % stem)
+                continue
+            mine = {n for n, s in self.defined_in.items() if s == stem}
+            for key, want in (("Offers", offered[stem]), ("Python", mine & self.python)):
+                said = set(h.get(key, []))
+                if said != want:
+                    out.append("%s.pxi %s: add %s, drop %s"
+                               % (stem, key, sorted(want - said), sorted(said - want)))
+            really = [other for other in self.order if other in self.uses[stem]]
+            if h["Uses"] != really:
+                out.append("%s.pxi Uses: says %s, the code uses %s (in include order)"
+                           % (stem, h["Uses"], really))
+        return out
+
+
+def engine_tree():
+    with open(os.path.join(ENGINE, "core.pyx")) as f:
+        top = f.read()
+    with open(os.path.join(ENGINE, "core.pyi")) as f:
+        python = re.findall(r"^(?:def |class )?([A-Za-z_]\w*)\b", f.read(), re.M)
+    files = {}
+    for stem in re.findall(r'^include\s+"(\w+)\.pxi"', top, re.M):
+        with open(os.path.join(ENGINE, stem + ".pxi")) as f:
+            files[stem] = f.read()
+    return Tree(files, top, python)
+
+
+# -- the engine's rules --------------------------------------------------------------------
+
+def test_engine_includes_every_pxi_once_structure_first():
+    tree = engine_tree()
+    assert sorted(tree.order) == sorted(f[:-4] for f in os.listdir(ENGINE) if f.endswith(".pxi"))
+    assert len(set(tree.order)) == len(tree.order)
+    assert tree.order[:len(STRUCTURE)] == list(STRUCTURE)
+
+
+def test_engine_structure_calls_no_policy():
+    assert engine_tree().structure_violations(STRUCTURE) == []
+
+
+def test_engine_include_order_is_dependency_order():
+    tree = engine_tree()
+    assert tree.order_violations(ALLOWED_BACK_EDGES) == []
+    for user, used in ALLOWED_BACK_EDGES:
+        assert used in tree.uses[user], "ALLOWED_BACK_EDGES: %s no longer uses %s" % (user, used)
+
+
+def test_engine_private_names_stay_in_their_file():
+    assert engine_tree().private_violations() == []
+
+
+def test_engine_headers_match_the_code():
+    assert engine_tree().header_violations() == []
+
+
+# -- the checker can fail ---------------------------------------------------------------
+
+def test_the_engine_rules_catch_a_broken_pair():
+    base = ("# A structure.\n#\n# Offers: base_put.\n# Uses: nothing.\n\n"
+            "cdef int SEC = 1\n\n\n"
+            "cdef int base_put(int x):\n    return policy_go(x) + _own(x)   # policy_go: not allowed\n\n\n"
+            "cdef int _own(int x):\n    return x\n")
+    policy = ("# A policy.\n#\n# Offers: policy_go.\n# Uses: base.\n\n"
+              "cdef int policy_go(int x):\n    return base_put(x) * SEC + _own(x)\n")
+    tree = Tree({"base": base, "policy": policy})
+    assert tree.uses["base"] == {"policy": {"policy_go"}}
+    assert tree.uses["policy"] == {"base": {"base_put", "SEC", "_own"}}
+    assert tree.structure_violations(("base",)) == [
+        "base.pxi (structure) uses policy.pxi (policy): policy_go"]
+    assert tree.order_violations() == [
+        "base.pxi uses policy.pxi, which is included after it: policy_go"]
+    assert tree.order_violations({("base", "policy")}) == []
+    assert tree.private_violations() == ["policy uses base.pxi's own _own"]
+    assert tree.header_violations() == [
+        "base.pxi Offers: add ['SEC', '_own'], drop []",
+        "base.pxi Uses: says [], the code uses ['policy'] (in include order)"]
+    # comments, strings and attributes are not uses
+    quiet = Tree({"base": base, "policy": "# Offers: x.\n# Uses: nothing.\n\n"
+                  "cdef x(c):\n    # base_put(c)\n    return c.base_put, \"base_put\", b'SEC', r'''_own'''\n"})
+    assert quiet.uses["policy"] == {}
+
+
+def test_the_engine_rules_catch_a_broken_copy_of_the_engine():
+    tree = engine_tree()
+    files = dict(tree.files)
+    # job.pxi (structure) serves waiting connections itself
+    files["job"] = files["job"].replace("    table_insert(&core.jobs, j)\n",
+                                        "    table_insert(&core.jobs, j)\n    process_queue(core)\n", 1)
+    # the clock included after the files that read it
+    order = [s for s in tree.order if s != "clock"] + ["clock"]
+    broken = Tree({s: files[s] for s in order}, python=tree.python)
+    assert broken.structure_violations(STRUCTURE) == [
+        "job.pxi (structure) uses queue.pxi (policy): process_queue"]
+    problems = broken.order_violations(ALLOWED_BACK_EDGES)
+    assert "job.pxi uses queue.pxi, which is included after it: process_queue" in problems
+    assert "mem.pxi uses clock.pxi, which is included after it: mono_ns" in problems
+    assert "job.pxi Uses: says ['clock', 'table', 'mem', 'tube'], the code uses " \
+           "['table', 'mem', 'tube', 'queue', 'clock'] (in include order)" in broken.header_violations()
+
+
+if __name__ == "__main__":
+    tree = engine_tree()
+    for reader in tree.order + ["core.pyx"]:
+        print("%-8s" % reader, "; ".join("%s: %s" % (other, " ".join(sorted(tree.uses[reader][other])))
+                                         for other in tree.order if other in tree.uses[reader]))
+    for problem in (tree.structure_violations(STRUCTURE) + tree.order_violations(ALLOWED_BACK_EDGES)
+                    + tree.private_violations() + tree.header_violations()):
+        print("!", problem)
