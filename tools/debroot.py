@@ -110,10 +110,14 @@ def make_root(root, version, arch):
 
 def musl_libdir(dest, arch):
     """The directory of Debian's musl C library for ARCH (unpacked into DEST once),
-    where auditwheel finds the libc.so a musllinux wheel needs."""
+    where auditwheel finds the libc.musl-ARCH.so.1 a musllinux wheel needs
+    (Alpine's name for it; Debian's is libc.so). It is bullseye's musl 1.2.2,
+    the oldest a musllinux_1_2 system has (Alpine 3.13)."""
     libdir = os.path.join(dest, "lib", "%s-linux-musl" % arch)
-    if not os.path.exists(os.path.join(libdir, "libc.so")):
-        unpack(dest, "bookworm", arch, ["musl"])
+    alpine = os.path.join(libdir, "libc.musl-%s.so.1" % arch)
+    if not os.path.exists(alpine):
+        unpack(dest, "bullseye", arch, ["musl"])
+        os.symlink("libc.so", alpine)
     return libdir
 
 
