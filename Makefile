@@ -54,10 +54,13 @@ _variant:
 # The sdist, then from it the release wheels (manylinux2014 and musllinux_1_2, x86_64
 # and aarch64) for each supported Python found, and for DEBIAN_PYTHONS with Debian's
 # CPython; each tried where it runs (aarch64 under qemu-user: root and Debian's
-# qemu-user-static needed). All into dist/; docs/releasing.md says more.
+# qemu-user-static needed; musl x86_64 with a musl CPython built for MUSL_PYTHONS:
+# musl-tools needed). All into dist/; docs/releasing.md says more.
 DEBIAN_PYTHONS ?= 3.14
+MUSL_PYTHONS ?= 3.11
 wheels:
-	nice -n 10 $(PY) tools/wheels.py --out dist $(foreach v,$(DEBIAN_PYTHONS),--debian $(v)) $(PYTHONS)
+	nice -n 10 $(PY) tools/wheels.py --out dist $(foreach v,$(DEBIAN_PYTHONS),--debian $(v)) \
+	    $(foreach v,$(MUSL_PYTHONS),--musl $(v)) $(PYTHONS)
 
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare

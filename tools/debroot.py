@@ -80,6 +80,30 @@ def unpack(dest, release, arch, names):
     return debs
 
 
+def sources(dest, release, names):
+    """Download the Debian source packages NAMES of RELEASE into DEST (made anew)
+    and return {name: the upstream tarball's path}."""
+    state = dest + ".apt"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+    for d in ("state/lists/partial", "cache/archives/partial"):
+        os.makedirs(os.path.join(state, d))
+    os.makedirs(dest)
+    open(os.path.join(state, "status"), "w").close()
+    with open(os.path.join(state, "sources.list"), "w") as f:
+        f.write("deb-src [signed-by=%s] %s %s main\n" % (KEYRING, MIRROR, release))
+    opts = apt_options(state)
+    run(["apt-get", *opts, "-qq", "update"])
+    run(["apt-get", *opts, "-qq", "source", "--download-only", *names], cwd=dest)
+    shutil.rmtree(state)
+    tarballs = {}
+    for name in names:
+        (tarball,) = [f for f in os.listdir(dest) if f.startswith(name + "_") and ".orig.tar." in f
+                      and not f.endswith(".asc")]
+        tarballs[name] = os.path.join(dest, tarball)
+    return tarballs
+
+
 def make_root(root, version, arch):
     """Unpack the Debian CPython VERSION for ARCH (x86_64 or aarch64) and its
     dependencies into ROOT, unless ROOT already holds it. Returns the
@@ -103,6 +127,10 @@ def make_root(root, version, arch):
     for d in ("tmp", "dev", "proc", "root"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
     os.chmod(os.path.join(root, "tmp"), 0o1777)
+    # What the packages' maintainer scripts would have done: compile the standard
+    # library once, or every run compiles what it imports (slow under qemu).
+    subprocess.run(chroot_cmd(root, [python, "-m", "compileall", "-q", "-j0", "-x", "lib2to3/tests/data",
+                                     "/usr/lib/python%s" % version]), check=True)
     with open(done, "w") as f:
         f.write("%s %s %s: %s\n" % (release, DEBIAN_ARCH[arch], version, " ".join(debs)))
     return python

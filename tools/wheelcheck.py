@@ -14,6 +14,7 @@ import platform
 import re
 import subprocess
 import sys
+import sysconfig
 import tempfile
 
 # A README code block whose first line is "# name.py" is that file of the example.
@@ -92,7 +93,8 @@ def main(argv):
     check_version_flag(version)
     check_round_trip(version)
     result = check_readme_example(argv[0])
-    libc = "-".join(platform.libc_ver()) or "libc unknown"
+    libc = "-".join(platform.libc_ver()) if platform.libc_ver()[0] == "glibc" else \
+        "musl" if "musl" in (sysconfig.get_config_var("EXT_SUFFIX") or "") else "libc unknown"
     print("fastbean %s on Python %s, %s, %s: %s load, -v, server + greenstalk round trip on uvloop, "
           "README example (%s): ok" % (version, sys.version.split()[0], platform.machine(), libc,
                                        ", ".join(modules), result))

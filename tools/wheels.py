@@ -42,6 +42,7 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import debroot  # noqa: E402
+import muslpython  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECK = os.path.join(ROOT, "tools", "wheelcheck.py")
@@ -94,17 +95,23 @@ def run(cmd, **kw):
 class Interpreter:
     """A CPython that builds or tries wheels: one of this machine's, or one in a Debian root."""
 
-    def __init__(self, python, root=None, arch="x86_64", binds=()):
-        self.python, self.root, self.arch, self.binds = python, root, arch, tuple(binds)
+    def __init__(self, python, root=None, arch="x86_64", binds=(), label="Python"):
+        self.python, self.root, self.arch, self.binds, self.label = python, root, arch, tuple(binds), label
         out = self.run([python, "-c", "import json, sys, sysconfig; print(json.dumps(["
                         "'%d.%d' % sys.version_info[:2], sys.version.split()[0], "
-                        "sysconfig.get_config_var('INCLUDEPY'), sysconfig.get_config_h_filename()]))"],
+                        "sysconfig.get_config_var('INCLUDEPY'), sysconfig.get_config_h_filename(), "
+                        "sysconfig.get_config_var('MULTIARCH')]))"],
                        capture_output=True, text=True, quiet=True)
-        self.version, self.full_version, self.include, self.config_h = json.loads(out.stdout)
+        self.version, self.full_version, self.include, self.config_h, multiarch = json.loads(out.stdout)
+        with open(self.host_path(self.config_h)) as f:
+            self.multiarch_stub = "SIZEOF_" not in f.read()
+        if self.multiarch_stub:   # Debian's: it includes <MULTIARCH/pythonX.Y/pyconfig.h>
+            self.config_h = os.path.join(os.path.dirname(self.include), multiarch,
+                                         "python" + self.version, "pyconfig.h")
 
     def describe(self):
         if self.root is None:
-            return "Python %s (%s)" % (self.full_version, self.python)
+            return "%s %s (%s)" % (self.label, self.full_version, self.python)
         with open(os.path.join(self.root, ".debroot-done")) as f:
             release, deb_arch = f.read().split()[:2]
         qemu = " under qemu-user" if self.arch != os.uname().machine else ""
@@ -210,16 +217,18 @@ class Toolchain:
 
 def target_headers(builder, platform, work):
     """The -I that compiles for PLATFORM with BUILDER's headers: none for its own
-    architecture, else a copy of its include directory with the target's pyconfig.h."""
-    if platform.arch == builder.arch:
+    architecture, else a copy of its include directory with the target's
+    pyconfig.h; a copy too where pyconfig.h is Debian's multiarch stub, whose
+    <MULTIARCH/...> zig cc would not find (it searches no /usr/include)."""
+    if platform.arch == builder.arch and not builder.multiarch_stub:
         return None
-    assert (builder.arch, platform.arch) == ("x86_64", "aarch64"), (builder.arch, platform.arch)
     dest = os.path.join(work, "include-%s-%s" % (builder.version, platform.arch), "python" + builder.version)
     if not os.path.exists(dest):
         shutil.copytree(builder.host_path(builder.include), dest, symlinks=False)
         with open(builder.host_path(builder.config_h)) as f:
             config = f.read()
-        for name, value in AARCH64_CONFIG.items():
+        assert builder.arch == "x86_64" and platform.arch in ("x86_64", "aarch64"), (builder.arch, platform.arch)
+        for name, value in (AARCH64_CONFIG.items() if platform.arch == "aarch64" else ()):
             line = re.compile(r"^(#define %s\b.*|/\* #undef %s \*/)$" % (name, name), re.M)
             found = len(line.findall(config))   # PY_SUPPORT_TIER is new in 3.12
             assert found == 1 or (found == 0 and name == "PY_SUPPORT_TIER"), \
@@ -342,8 +351,12 @@ def try_wheel(interp, wheel, work):
         pip = [vpy, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         interp.run([*pip, wheel])
         interp.run([*pip, *CHECK_REQUIRES])
-        out = interp.run([vpy, CHECK, os.path.join(ROOT, "README.md")], cwd=tmp, capture_output=True,
-                         text=True)
+        try:
+            out = interp.run([vpy, CHECK, os.path.join(ROOT, "README.md")], cwd=tmp, capture_output=True,
+                             text=True)
+        except subprocess.CalledProcessError as e:
+            log(e.stdout + e.stderr)
+            raise
         log(out.stdout.strip())
         return out.stdout.strip().splitlines()[-1]
     finally:
@@ -365,8 +378,11 @@ def main(argv):
                         help="the platforms to build for (every one unless given)")
     parser.add_argument("--debian", action="append", default=[], metavar="VERSION",
                         help="build and try VERSION with Debian's amd64 CPython of it")
+    parser.add_argument("--musl", action="append", default=[], metavar="VERSION",
+                        help="try the musllinux x86_64 wheel of VERSION with a musl CPython built from "
+                             "Debian's sources (tools/muslpython.py)")
     parser.add_argument("--roots", default=os.path.join(ROOT, "build", "debroots"),
-                        help="where the Debian roots are kept between runs")
+                        help="where the Debian roots and musl CPythons are kept between runs")
     parser.add_argument("pythons", nargs="*")
     args = parser.parse_args(argv)
     platforms = [PLATFORMS[p] for p in (args.platform or sorted(PLATFORMS))]
@@ -377,7 +393,7 @@ def main(argv):
         version = python_version(python)
         if version in wanted and version not in chosen:
             chosen[version] = python
-    for version in args.debian:
+    for version in args.debian + args.musl:
         if version not in wanted:
             parser.error("%s is not a version the pyproject lists (%s)" % (version, ", ".join(sorted(wanted))))
         if not debroot.has_release(version):
@@ -394,6 +410,8 @@ def main(argv):
         for version in args.debian:
             if version not in builders:
                 builders[version] = debian_interpreter(version, "x86_64", roots, binds)
+        musl = {v: Interpreter(muslpython.build(os.path.join(roots, "musl-python" + v), v), label="musl CPython")
+                for v in args.musl}
         missing = sorted(wanted - set(builders), key=vkey)
         if missing:
             log("no Python found for %s: no wheel for it" % ", ".join(missing))
@@ -406,7 +424,7 @@ def main(argv):
             for platform in platforms:
                 wheel = build_wheel(builder, venv_python, platform, sdist, toolchain, out, work, roots)
                 policy = audit(wheel, platform, modules, libc_dir(platform, roots))
-                tried, result = try_where_it_runs(builder, platform, wheel, roots, binds, work)
+                tried, result = try_where_it_runs(builder, platform, wheel, roots, binds, work, musl)
                 report.append((wheel, policy, tried, result))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -417,11 +435,18 @@ def main(argv):
     return 0
 
 
-def try_where_it_runs(builder, platform, wheel, roots, binds, work):
+def try_where_it_runs(builder, platform, wheel, roots, binds, work, musl):
     """(what the wheel was tried with, the check's result), or why it could not be."""
     if platform.musl:
-        return "not run", ("no musl CPython here: neither PyPI nor Debian has a build of one (Debian's "
-                           "musl packages are the C library and a compiler wrapper; see docs/releasing.md)")
+        if platform.arch != "x86_64":
+            return "not run", ("no aarch64 musl CPython here: neither PyPI nor Debian has one, and "
+                               "tools/muslpython.py builds for x86_64 only (Debian's musl-gcc is native)")
+        if builder.version not in musl:
+            if not debroot.has_release(builder.version):
+                return "not run", ("no musl CPython %s here: neither PyPI nor Debian has one, nor Debian "
+                                   "CPython %s's source to build one from" % (builder.version, builder.version))
+            return "not run", "no musl CPython %s built (--musl %s builds one)" % (builder.version, builder.version)
+        return musl[builder.version].describe(), try_wheel(musl[builder.version], wheel, work)
     if platform.arch == builder.arch:
         interp = builder
     elif debroot.has_release(builder.version):
