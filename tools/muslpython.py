@@ -8,7 +8,7 @@ VERSION (3.9, 3.11, 3.13, 3.14; tools/debroot.py), OpenSSL and zlib from
 bookworm, with Debian's musl-gcc (musl-tools), which links against Debian's
 musl 1.2.3 and runs through its loader, /lib/ld-musl-x86_64.so.1. OpenSSL
 (for pip and uvloop, which imports ssl) and zlib (for pip) are linked in
-statically. About 10 minutes on 2 cores; PREFIX keeps it for the next run.
+statically. About 5 minutes on 2 cores; PREFIX keeps it for the next run.
 x86_64 only: musl-gcc compiles for the machine it runs on. Needs apt-get,
 make and the musl-tools package.
 """

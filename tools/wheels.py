@@ -74,13 +74,16 @@ PLATFORMS = {p.name: p for p in (
 
 # pyconfig.h of an x86-64 CPython made the aarch64 one: exactly the lines in
 # which Debian's amd64 and arm64 pyconfig.h of one CPython differ (3.11 and
-# 3.13 alike); the rest (sizes, endianness, libc functions) is the same.
+# 3.14); the rest (sizes, endianness, libc functions) is the same.
 AARCH64_CONFIG = {
     "HAVE_GCC_ASM_FOR_X64": None,
     "HAVE_GCC_ASM_FOR_X87": None,
     "HAVE_USABLE_WCHAR_T": "1",
     "PY_SUPPORT_TIER": "2",
+    "_Py_HACL_CAN_COMPILE_VEC128": None,
+    "_Py_HACL_CAN_COMPILE_VEC256": None,
 }
+NEWER_CONFIG = ("PY_SUPPORT_TIER", "_Py_HACL_CAN_COMPILE_VEC128", "_Py_HACL_CAN_COMPILE_VEC256")   # 3.12, 3.14
 
 
 def log(*args):
@@ -230,8 +233,8 @@ def target_headers(builder, platform, work):
         assert builder.arch == "x86_64" and platform.arch in ("x86_64", "aarch64"), (builder.arch, platform.arch)
         for name, value in (AARCH64_CONFIG.items() if platform.arch == "aarch64" else ()):
             line = re.compile(r"^(#define %s\b.*|/\* #undef %s \*/)$" % (name, name), re.M)
-            found = len(line.findall(config))   # PY_SUPPORT_TIER is new in 3.12
-            assert found == 1 or (found == 0 and name == "PY_SUPPORT_TIER"), \
+            found = len(line.findall(config))
+            assert found == 1 or (found == 0 and name in NEWER_CONFIG), \
                 "%s %d times in %s" % (name, found, builder.config_h)
             config = line.sub("#define %s %s" % (name, value) if value else "/* #undef %s */" % name, config)
         os.remove(os.path.join(dest, "pyconfig.h"))   # Debian's is a stub including the multiarch one
