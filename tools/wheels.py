@@ -98,8 +98,9 @@ def run(cmd, **kw):
 class Interpreter:
     """A CPython that builds or tries wheels: one of this machine's, or one in a Debian root."""
 
-    def __init__(self, python, root=None, arch="x86_64", binds=(), label="Python"):
-        self.python, self.root, self.arch, self.binds, self.label = python, root, arch, tuple(binds), label
+    def __init__(self, python, root=None, arch=None, binds=(), label="Python"):
+        self.python, self.root, self.binds, self.label = python, root, tuple(binds), label
+        self.arch = arch or os.uname().machine
         out = self.run([python, "-c", "import json, sys, sysconfig; print(json.dumps(["
                         "'%d.%d' % sys.version_info[:2], sys.version.split()[0], "
                         "sysconfig.get_config_var('INCLUDEPY'), sysconfig.get_config_h_filename(), "
