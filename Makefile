@@ -57,7 +57,7 @@ _variant:
 # qemu-user-static needed; musl x86_64 with a musl CPython built for MUSL_PYTHONS:
 # musl-tools needed). All into dist/; docs/releasing.md says more.
 DEBIAN_PYTHONS ?= 3.14
-MUSL_PYTHONS ?= 3.11
+MUSL_PYTHONS ?= 3.9 3.11
 wheels:
 	nice -n 10 $(PY) tools/wheels.py --out dist $(foreach v,$(DEBIAN_PYTHONS),--debian $(v)) \
 	    $(foreach v,$(MUSL_PYTHONS),--musl $(v)) $(PYTHONS)

@@ -30,7 +30,8 @@ def python_path(prefix, version):
 
 
 def works(python):
-    check = "import ssl, zlib, sysconfig; assert 'musl' in sysconfig.get_config_var('EXT_SUFFIX')"
+    """PYTHON runs through musl's loader and has ssl and zlib."""
+    check = "import ssl, sys, zlib; assert %r in open(sys.executable, 'rb').read(4096)" % LOADER.encode()
     return os.path.exists(python) and subprocess.run([python, "-c", check]).returncode == 0
 
 

@@ -14,7 +14,6 @@ import platform
 import re
 import subprocess
 import sys
-import sysconfig
 import tempfile
 
 # A README code block whose first line is "# name.py" is that file of the example.
@@ -93,8 +92,9 @@ def main(argv):
     check_version_flag(version)
     check_round_trip(version)
     result = check_readme_example(argv[0])
-    libc = "-".join(platform.libc_ver()) if platform.libc_ver()[0] == "glibc" else \
-        "musl" if "musl" in (sysconfig.get_config_var("EXT_SUFFIX") or "") else "libc unknown"
+    with open(sys.executable, "rb") as f:   # its ELF interpreter (the loader) is named in its head
+        musl = b"/ld-musl-" in f.read(4096)
+    libc = "-".join(platform.libc_ver()) if platform.libc_ver()[0] == "glibc" else "musl" if musl else "libc unknown"
     print("fastbean %s on Python %s, %s, %s: %s load, -v, server + greenstalk round trip on uvloop, "
           "README example (%s): ok" % (version, sys.version.split()[0], platform.machine(), libc,
                                        ", ".join(modules), result))

@@ -59,8 +59,11 @@ class Platform:
         self.musl = "musl" in zig_target
 
     def ext_suffix(self, version):
-        # -linux-musl as CPython built for musl names it from 3.11 on, and
-        # Alpine's for every version; auditwheel tells musl by it.
+        # CPython built for musl names its modules -linux-musl from 3.11 on; up to
+        # 3.10 it says -linux-gnu, but Alpine's own 3.9 and 3.10 say -linux-musl.
+        # There the plain ".so", which every CPython also loads, fits both.
+        if self.musl and vkey(version) < (3, 11):
+            return ".so"
         return ".cpython-%s-%s-linux-%s.so" % (version.replace(".", ""), self.arch, "musl" if self.musl else "gnu")
 
 
@@ -344,15 +347,19 @@ def audit(wheel, platform, modules, ldpaths):
     return policy
 
 
-def try_wheel(interp, wheel, work):
+def try_wheel(interp, wheel, work, new_pip=False):
     """Install WHEEL alone into a fresh virtualenv of INTERP with its
-    dependencies from PyPI, then run wheelcheck.py there outside the tree."""
+    dependencies from PyPI, then run wheelcheck.py there outside the tree.
+    NEW_PIP: first a newer pip (a musllinux tag needs pip 21.2; CPython 3.9's
+    ensurepip brings 20.2, which would take a pip that needs a newer Python)."""
     tmp = tempfile.mkdtemp(prefix="try-", dir=work)
     try:
         venv = os.path.join(tmp, "venv")
         vpy = os.path.join(venv, "bin", "python")
         interp.run([interp.python, "-m", "venv", venv])
         pip = [vpy, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        if new_pip:
+            interp.run([*pip, "--upgrade", "pip>=21.2,<24"])
         interp.run([*pip, wheel])
         interp.run([*pip, *CHECK_REQUIRES])
         try:
@@ -450,7 +457,7 @@ def try_where_it_runs(builder, platform, wheel, roots, binds, work, musl):
                 return "not run", ("no musl CPython %s here: neither PyPI nor Debian has one, nor Debian "
                                    "CPython %s's source to build one from" % (builder.version, builder.version))
             return "not run", "no musl CPython %s built (--musl %s builds one)" % (builder.version, builder.version)
-        return musl[builder.version].describe(), try_wheel(musl[builder.version], wheel, work)
+        return musl[builder.version].describe(), try_wheel(musl[builder.version], wheel, work, new_pip=True)
     if platform.arch == builder.arch:
         interp = builder
     elif debroot.has_release(builder.version):
