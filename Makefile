@@ -6,7 +6,7 @@ ASAN_DIR := build/asan
 .PHONY: build test lint fuzz debug asan bench peers wheels ha-soak
 # Every Python pyenv or PATH has; tools/wheels.py keeps the versions pyproject lists.
 PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
-           $(foreach v,9 10 11 12 13,$(shell command -v python3.$(v)))
+           $(foreach v,9 10 11 12 13 14,$(shell command -v python3.$(v)))
 
 build:                ## the extensions, in place
 	$(PY) setup.py build_ext --inplace -q
@@ -63,10 +63,16 @@ _variant:
 	cd $(DIR) && env $(ENVV) $(PY) setup.py build_ext --inplace -q
 	cd $(DIR) && env $(RUNENV) $(PY) -m pytest -q -p no:cacheprovider -m "not wheel"
 
-# The sdist, then from it a manylinux wheel for each supported Python found,
-# each checked in a fresh virtualenv (tools/wheelcheck.py); all into dist/.
+# The sdist, then from it the release wheels (manylinux2014 and musllinux_1_2, x86_64
+# and aarch64) for each supported Python found, and for DEBIAN_PYTHONS with Debian's
+# CPython; each tried where it runs (aarch64 under qemu-user: root and Debian's
+# qemu-user-static needed; musl x86_64 with a musl CPython built for MUSL_PYTHONS:
+# musl-tools needed). All into dist/; docs/releasing.md says more.
+DEBIAN_PYTHONS ?= 3.14
+MUSL_PYTHONS ?= 3.9 3.11
 wheels:
-	$(PY) tools/wheels.py --out dist $(PYTHONS)
+	nice -n 10 $(PY) tools/wheels.py --out dist $(foreach v,$(DEBIAN_PYTHONS),--debian $(v)) \
+	    $(foreach v,$(MUSL_PYTHONS),--musl $(v)) $(PYTHONS)
 
 bench:                ## every benchmark, one after the other (about 40 minutes)
 	$(PY) -m benchmarks.compare

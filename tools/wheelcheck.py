@@ -2,13 +2,15 @@
 
 Run with that virtualenv's Python, from a directory outside the source tree:
     python wheelcheck.py README.md
-It checks that fastbean comes from site-packages with its compiled modules
-and no generated C, that `fastbean -v` prints the version, that a server
-starts on uvloop and a greenstalk client puts, reserves and deletes, and
-that the README's example test passes under pytest with the plugin loaded
-through its entry point (no conftest).
+It checks that fastbean comes from site-packages, that every compiled
+module in it loads and that it has no generated C, that `fastbean -v`
+prints the version, that a server starts on uvloop and a greenstalk client
+puts, reserves and deletes, and that the README's example test passes
+under pytest with the plugin loaded through its entry point (no conftest).
 """
+import importlib
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -23,15 +25,28 @@ def readme_files(readme_text):
     return {name: body for name, body in EXAMPLE_BLOCK.findall(readme_text)}
 
 
+def compiled_modules(package_dir, package):
+    """The dotted names of the compiled modules under PACKAGE_DIR (the installed package)."""
+    names = []
+    for dirpath, _, files in os.walk(package_dir):
+        for f in files:
+            if f.endswith(".so"):
+                rel = os.path.relpath(os.path.join(dirpath, f), package_dir)
+                names.append(".".join([package, *rel.split(".", 1)[0].split(os.sep)]))
+    return sorted(names)
+
+
 def check_installed():
     import fastbean
-    from fastbean.binlog import threads  # noqa: F401 (the compiled modules load)
-    from fastbean.engine import core, parser  # noqa: F401
     where = os.path.dirname(fastbean.__file__)
     assert "site-packages" in where, "fastbean imported from %s, not the wheel" % where
-    generated = [f for _, _, names in os.walk(where) for f in names if f.endswith(".c")]
+    modules = compiled_modules(where, "fastbean")
+    assert modules, "no compiled module in %s" % where
+    for name in modules:   # each loads
+        importlib.import_module(name)
+    generated = [f for _, _, files in os.walk(where) for f in files if f.endswith(".c")]
     assert not generated, "generated C in the wheel: %s" % generated
-    return fastbean.__version__
+    return fastbean.__version__, modules
 
 
 def check_version_flag(version):
@@ -73,12 +88,16 @@ def check_readme_example(readme):
 
 
 def main(argv):
-    version = check_installed()
+    version, modules = check_installed()
     check_version_flag(version)
     check_round_trip(version)
     result = check_readme_example(argv[0])
-    print("fastbean %s on Python %s: -v, server + greenstalk round trip on uvloop, "
-          "README example (%s): ok" % (version, sys.version.split()[0], result))
+    with open(sys.executable, "rb") as f:   # its ELF interpreter (the loader) is named in its head
+        musl = b"/ld-musl-" in f.read(4096)
+    libc = "-".join(platform.libc_ver()) if platform.libc_ver()[0] == "glibc" else "musl" if musl else "libc unknown"
+    print("fastbean %s on Python %s, %s, %s: %s load, -v, server + greenstalk round trip on uvloop, "
+          "README example (%s): ok" % (version, sys.version.split()[0], platform.machine(), libc,
+                                       ", ".join(modules), result))
     return 0
 
 
