@@ -5,6 +5,10 @@
     python -m benchmarks.compare --suite full     # every combination
     python -m benchmarks.compare --suite durable  # the binlog policies against no binlog
     python -m benchmarks.compare --only put --reps 5
+    python -m benchmarks.compare --suite quick --reps 3 --baseline ../old-checkout
+
+--baseline DIR runs fastbean from another checkout (its extensions built in
+place) where beanstalkd would run: a before/after of a change, ratios new/old.
 
 Every measurement gets a fresh server; the two servers alternate (A B A B A B)
 so that drift on a shared machine hits both alike. Throughput is in
@@ -91,10 +95,22 @@ def prefill_count(case, seconds):
     return max(1000, min(int(per_second * seconds), (4 << 30) // (case.body + 200)))
 
 
-def measure(kind, case, seconds, warmup):
-    """One fresh server, one run of the load generator; the result as a dict."""
+def measure(kind, case, seconds, warmup, baseline=None):
+    """One fresh server, one run of the load generator; the result as a dict.
+    kind "baseline": fastbean from the checkout `baseline`."""
     flags = BINLOG[case.binlog]
-    with Server.start(kind, *(flags or ()), binlog=flags is not None, timeout=600) as server:
+    saved = os.environ.get("FASTBEAN_CMD")
+    if kind == "baseline":
+        os.environ["FASTBEAN_CMD"] = "env PYTHONPATH=%s %s -m fastbean" % (os.path.abspath(baseline), sys.executable)
+        kind = "fastbean"
+    try:
+        server = Server.start(kind, *(flags or ()), binlog=flags is not None, timeout=600)
+    finally:
+        if saved is None:
+            os.environ.pop("FASTBEAN_CMD", None)
+        else:
+            os.environ["FASTBEAN_CMD"] = saved
+    with server:
         conns = max(2, case.conns) if case.workload == "mixed" else case.conns
         if case.workload == "reserve":
             loadgen(server.port, "put", conns=10, depth=16, body=case.body, seconds=0,
@@ -121,13 +137,14 @@ def ratio(a, b):
     return a / b if b else float("nan")
 
 
-HEADER = ("%-26s %11s %11s %6s  %15s  %15s  %11s %11s" % (
-    "case", "beanstalkd", "fastbean", "ratio", "p50 us (b / f)", "p99 us (b / f)",
-    "srv cpu", "client cpu"))
+def header(kinds):
+    return "%-26s %11s %11s %6s  %15s  %15s  %11s %11s" % (
+        "case", kinds[0], kinds[1], "ratio", "p50 us (%s / f)" % kinds[0][0], "p99 us (%s / f)" % kinds[0][0],
+        "srv cpu", "client cpu")
 
 
-def row(case, s):
-    b, f = s["beanstalkd"], s["fastbean"]
+def row(case, s, other="beanstalkd"):
+    b, f = s[other], s["fastbean"]
     flag = "  ERRORS" if b["errors"] or f["errors"] else ""
     return "%-26s %11.0f %11.0f %5.2fx  %7.0f /%6.0f  %7.0f /%6.0f  %4.2f / %4.2f %4.2f / %4.2f%s" % (
         case.name, b["ops_per_sec"], f["ops_per_sec"], ratio(f["ops_per_sec"], b["ops_per_sec"]),
@@ -214,25 +231,28 @@ def main(argv=None):
                     help="keep cases whose name contains this (repeatable; all must match)")
     ap.add_argument("--json", default=os.path.join(RESULTS, "compare.json"))
     ap.add_argument("--chart", default=os.path.join(RESULTS, "compare.png"))
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="compare with fastbean from this checkout instead of beanstalkd")
     args = ap.parse_args(argv)
     reps = args.reps or (1 if args.suite == "quick" else 3)
+    kinds = ("baseline", "fastbean") if args.baseline else KINDS
 
     cases = [c for c in suite(args.suite) if all(o in c.name for o in args.only)]
     if not cases:
         sys.exit("no case matches")
     build_loadgen()
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    total = len(cases) * reps * len(KINDS)
+    total = len(cases) * reps * len(kinds)
     print("%d cases x %d rounds x 2 servers = %d runs of %.1f s" % (len(cases), reps, total, args.seconds),
           file=sys.stderr)
     results, lines, n = [], [], 0
     started = time.time()
     for case in cases:
-        runs = {k: [] for k in KINDS}
+        runs = {k: [] for k in kinds}
         for _ in range(reps):
-            for kind in KINDS:
+            for kind in kinds:
                 n += 1
-                res = measure(kind, case, args.seconds, args.warmup)
+                res = measure(kind, case, args.seconds, args.warmup, args.baseline)
                 runs[kind].append(res)
                 print("[%d/%d] %-26s %-10s %10.0f ops/s  p99 %7.0f us  cpu %.2f%s" % (
                     n, total, case.name, kind, res["ops_per_sec"], res["p99_us"], res["server_cpu"],
@@ -240,12 +260,16 @@ def main(argv=None):
                     file=sys.stderr, flush=True)
         summary = {k: summarize(v) for k, v in runs.items()}
         results.append({"case": case.as_dict(), "runs": runs, "summary": summary})
-        lines.append(row(case, summary))
+        lines.append(row(case, summary, kinds[0]))
 
     print()
-    print(HEADER)
+    print(header(kinds))
     print("\n".join(lines))
-    checks = check_targets(results)
+    if args.baseline:
+        print("\nfastbean here / fastbean in %s: throughput ratios %s" % (args.baseline, ", ".join(
+            "%.3f" % ratio(r["summary"]["fastbean"]["ops_per_sec"], r["summary"]["baseline"]["ops_per_sec"])
+            for r in results)))
+    checks = [] if args.baseline else check_targets(results)
     if checks:
         print("\ntargets (fastbean / beanstalkd, or fastbean with a binlog / without):")
         for what, value, goal, met in checks:
@@ -259,6 +283,9 @@ def main(argv=None):
     }
     with open(args.json, "w") as f:
         json.dump(doc, f, indent=1)
+    if args.baseline:
+        print("\nwrote %s" % args.json)
+        return
     try:
         chart(results, args.chart)
         print("\nwrote %s and %s" % (args.json, args.chart))
