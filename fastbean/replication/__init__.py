@@ -72,7 +72,7 @@ class Replicator:
         self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl)
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
         self.log = StreamLog(server, self.link, config, self._deposed_by_writer, self._wake_up,
-                             self._local_failed)
+                             self._local_failed, self._must_rebuild)
         self.publisher = self.log.publisher
         self.follower = Follower(self.link, self.log.apply)
         self.role = Role.STARTING
@@ -109,12 +109,8 @@ class Replicator:
         was_primary = self.role is Role.PRIMARY and not self.publisher.busy
         self.gen += 1
         if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
         self.publisher.stop()
         await self.follower.stop()
         if was_primary:
@@ -277,6 +273,11 @@ class Replicator:
                 self._lease_errors.failed(left=self.lease.valid_until - time.monotonic(), error=str(e))
                 await asyncio.sleep(LEASE_RETRY)
                 continue
+            except Exception as e:          # no retry mends it: start again from the stream
+                event(logging.ERROR, "lease-failed", "replication: renewing the lease failed: %(error)s",
+                      error=str(e) or type(e).__name__, exc_info=True)
+                self._must_rebuild("renewing the lease failed")
+                return
             if gen != self.gen:
                 return
             self._lease_errors.ok()

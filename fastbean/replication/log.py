@@ -20,16 +20,16 @@ from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
 
 
 class StreamLog:
-    def __init__(self, server, link, config, on_deposed, on_change, on_local_failure):
+    def __init__(self, server, link, config, on_deposed, on_change, on_local_failure, on_error):
         """on_deposed(): another writer appended; on_change(): a message was
         stored or the publisher stalled or recovered; on_local_failure(op):
-        the mirror's disk failed."""
+        the mirror's disk failed; on_error(why): publishing failed for good."""
         self.server = server
         self.loop = server.loop
         self.logging = False        # the engine logs: this node is primary or suspended
         self.parts = Parts(config.binlog_size)
         self.publisher = Publisher(link, self.loop, config.replicate_timeout, lambda: self.applied,
-                                   self._acked, on_deposed, on_change)
+                                   self._acked, on_deposed, on_change, on_error)
         self.link = link
         self.on_change = on_change
         self.mirror = None          # -b: a local mirror of the stream

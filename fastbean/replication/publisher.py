@@ -23,11 +23,12 @@ RETRY_PAUSE = 0.05          # seconds between tries of one message
 
 
 class Publisher:
-    def __init__(self, link, loop, timeout, expected, on_acked, on_deposed, on_stall):
+    def __init__(self, link, loop, timeout, expected, on_acked, on_deposed, on_stall, on_error):
         """expected(): the stream sequence the next message must follow.
         on_acked(part, bytes, seq, records): a message is stored as seq; it
         held the engine's records up to `records` (0: not the last piece).
-        on_deposed(): another writer appended. on_stall(): stalled changed."""
+        on_deposed(): another writer appended. on_stall(): stalled changed.
+        on_error(why): publishing failed in a way no retry mends."""
         self.link = link
         self.loop = loop
         self.timeout = timeout
@@ -35,6 +36,7 @@ class Publisher:
         self.on_acked = on_acked
         self.on_deposed = on_deposed
         self.on_stall = on_stall
+        self.on_error = on_error
         self.max_payload = 1 << 20
         self.queue = collections.deque()    # [part, records bytes, engine record number or 0]
         self.stalled = False
@@ -84,6 +86,11 @@ class Publisher:
         except Deposed:
             if gen == self._gen:
                 self.on_deposed()
+        except Exception as e:
+            event(logging.ERROR, "publish-failed", "replication: publishing failed: %(error)s",
+                  error=str(e) or type(e).__name__, exc_info=True)
+            if gen == self._gen:
+                self.on_error("publishing failed")
         finally:
             if gen == self._gen:
                 self._task = None
