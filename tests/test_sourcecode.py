@@ -312,9 +312,10 @@ def test_the_engine_rules_catch_a_broken_copy_of_the_engine():
 PACKAGE = os.path.join(ROOT, "fastbean")
 
 # part -> the parts it may import. The leaves (config, errors, logs, wal,
-# sockets) import only leaves. The admin tool and the testing package run
-# against servers over sockets: they never import the engine or the server.
-LEAVES = {"config", "errors", "logs", "wal", "sockets", "version"}
+# sockets, client) import only leaves. The admin tool and the testing package
+# run against servers over sockets, through the protocol client: they never
+# import the engine or the server.
+LEAVES = {"config", "errors", "logs", "wal", "sockets", "client", "version"}
 MAY_IMPORT = {
     "leaf": LEAVES,
     "engine": {"config"},
@@ -322,8 +323,8 @@ MAY_IMPORT = {
     "replication": LEAVES | {"engine", "binlog", "replication"},
     "server": LEAVES | {"engine", "binlog", "replication", "server"},
     "cli": LEAVES | {"server"},
-    "ctl": {"config", "errors", "ctl", "version"},
-    "testing": {"config", "errors", "testing", "version"},
+    "ctl": {"config", "errors", "client", "ctl", "version"},
+    "testing": {"config", "errors", "client", "testing", "version"},
 }
 # third-party packages only one part may import
 ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py"}}

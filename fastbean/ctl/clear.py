@@ -3,7 +3,7 @@ delete, in pipelined rounds), against other clients taking jobs meanwhile."""
 import sys
 import time
 
-from fastbean.ctl.client import PEEK_STATES, NotFound
+from fastbean.client import PEEK_STATES, NotFound
 from fastbean.ctl.commands import _count, _existing, _quoted, _say, _warn
 from fastbean.ctl.defaults import (
     CLEAR_MAX_MISSES,
@@ -89,7 +89,7 @@ class Clearing:
             found = False
             for state in PEEK_STATES:
                 try:
-                    job = self.client.peek(state)
+                    job = self.client.peek_state(state)
                 except NotFound:
                     continue
                 found = True

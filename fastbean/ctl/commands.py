@@ -4,8 +4,8 @@ import base64
 import json
 import sys
 
+from fastbean.client import NotFound
 from fastbean.ctl import top
-from fastbean.ctl.client import NotFound
 from fastbean.ctl.defaults import EXIT_NOT_FOUND, EXIT_OK, PROG
 
 TUBE_COLUMNS = [          # (header, stats-tube key)
@@ -107,7 +107,7 @@ def cmd_peek(args, client):
     _existing(client, args.tube)
     client.use(args.tube.encode())
     try:
-        job_id, body = client.peek(args.state)
+        job_id, body = client.peek_state(args.state)
     except NotFound as e:
         raise NotFound("no %s job in tube %s" % (args.state, _quoted(args.tube)), e.reply) \
             from None

@@ -6,7 +6,6 @@ ADDR = "127.0.0.1"                 # -l when not given
 PORT = int(DEFAULT_PORT)           # -p when not given
 TIMEOUT_S = 5.0                    # --timeout: connecting, and waiting for each reply
 TOP_INTERVAL_S = 1.0               # top --interval: seconds between refreshes
-PIPELINE = 64                      # commands in flight when asking about many tubes
 PUT_PRI = 1024                     # put --pri
 PUT_TTR_S = 60                     # put --ttr
 CLEAR_MAX_MISSES = 1000            # clear gives up after this many deletes in a row

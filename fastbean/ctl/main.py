@@ -6,8 +6,16 @@ import socket
 import sys
 
 from fastbean import __version__
+from fastbean.client import (
+    PEEK_STATES,
+    Client,
+    ClientError,
+    ConnectError,
+    NotFound,
+    ServerError,
+    check_tube,
+)
 from fastbean.ctl.clear import cmd_clear
-from fastbean.ctl.client import PEEK_STATES, Client, ClientError, ConnectError, NotFound, ServerError, check_tube
 from fastbean.ctl.commands import (
     UsageError,
     _warn,
@@ -196,6 +204,14 @@ EXIT_FOR = [(UsageError, EXIT_USAGE), (NotFound, EXIT_NOT_FOUND),
             (ClientError, EXIT_PROTOCOL)]
 
 
+def address_of(addr, port):
+    """-l ADDR (unix:PATH for a UNIX socket, [IPv6] allowed) and -p PORT as a
+    client's address: (host, port), or the socket's path."""
+    if addr.startswith("unix:"):
+        return addr[5:]
+    return addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr, port
+
+
 def main(argv=None):
     try:
         try:
@@ -210,7 +226,7 @@ def main(argv=None):
                                    else os.fsencode(args.body))
 
             def connect():
-                return Client(args.addr, args.port, args.timeout)
+                return Client(address_of(args.addr, args.port), args.timeout)
 
             if args.func is cmd_top:
                 return cmd_top(args, connect)

@@ -3,7 +3,7 @@ or as JSON lines."""
 import json
 import time
 
-from fastbean.ctl.client import ClientError
+from fastbean.client import ClientError
 from fastbean.errors import FastbeanError
 
 TUBE_COUNTERS = ("total-jobs", "cmd-delete", "cmd-pause-tube")

@@ -1,0 +1,429 @@
+"""A blocking client of the beanstalk protocol, for any beanstalkd or fastbean server.
+
+fastbean-ctl talks through it, fastbean.testing.Server.client() hands one out, and the
+project's tests use it. A leaf: it imports nothing of fastbean but its errors.
+"""
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from typing import Any, Dict, Tuple, Union
+
+from fastbean.errors import FastbeanError
+
+__all__ = ["Client", "ClientError", "ConnectError", "ProtocolError", "ConnectionLost", "NoReply",
+           "ServerError", "NotFound", "UnexpectedReply", "parse_dict", "parse_list", "check_tube",
+           "Address", "Stats"]
+
+TIMEOUT = 5.0                   # seconds for connecting, and then for each reply
+PIPELINE = 64                   # commands in flight when asking about many tubes
+NAME_MAX = 200                  # bytes of a tube name, as in beanstalkd
+NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()")
+MAX_REPLY_LINE = 1024           # beanstalkd's reply lines are short: longer means another protocol
+MAX_BODY = (1 << 30) + 2        # beanstalkd caps -z at 1 GiB
+PEEK_STATES = ("ready", "delayed", "buried")
+
+# Every error line the protocol defines, and what it means to an operator.
+ERROR_REPLIES = {
+    b"NOT_FOUND": "not found",
+    b"OUT_OF_MEMORY": "the server is out of memory",
+    b"INTERNAL_ERROR": "the server hit an internal error",
+    b"BAD_FORMAT": "the server could not parse the command",
+    b"UNKNOWN_COMMAND": "the server does not know the command",
+    b"EXPECTED_CRLF": "the server expected CRLF after the job body",
+    b"JOB_TOO_BIG": "the job body is larger than the server's max-job-size",
+    b"DRAINING": "the server is draining and takes no new jobs",
+    b"NOT_IGNORED": "the last watched tube cannot be ignored",
+    b"DEADLINE_SOON": "a reserved job's deadline is near",
+    b"TIMED_OUT": "timed out",
+}
+BODY_REPLIES = {b"OK": 2, b"FOUND": 3, b"RESERVED": 3}     # word -> words in the line
+# stats values that are text even when they look like numbers
+TEXT_KEYS = frozenset({"name", "tube", "state", "version", "hostname", "os", "platform",
+                       "replication-node"})
+STATS_TEXT_KEYS = TEXT_KEYS | {"id"}        # in `stats`, id is the server's random id
+
+# Where a server listens: (host, port), or the path of a UNIX socket; what
+# greenstalk.Client and fastbean.testing.Server.address take too.
+Address = Union[Tuple[str, int], str]
+# A stats document: numbers as int or float, true/false as bool, the rest as str.
+Stats = Dict[str, Any]
+
+
+class ClientError(FastbeanError):
+    """Talking to the server failed; the message is one line for an operator."""
+
+
+class ConnectError(ClientError, ConnectionError):
+    """No connection could be made (refused, no such socket, unknown host, timeout)."""
+
+
+class ProtocolError(ClientError):
+    """The conversation broke: the peer closed or went quiet mid-reply, or does not
+    speak the beanstalk protocol."""
+
+
+class ConnectionLost(ProtocolError, ConnectionError):
+    """The connection closed, failed, or went quiet before a reply was complete;
+    it cannot be used any more."""
+
+
+class NoReply(ConnectionLost, TimeoutError):
+    """No reply within the timeout. A late reply would answer the wrong command,
+    so the connection cannot be used any more either."""
+
+
+class ServerError(ClientError):
+    """The server answered a command with one of the protocol's error replies."""
+
+    def __init__(self, message: str, reply: bytes) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
+class NotFound(ServerError):
+    """The server answered NOT_FOUND: no such job or tube, or nothing to peek."""
+
+
+class UnexpectedReply(ClientError):
+    """Client.cmd(line, expect): the server answered something other than expect."""
+
+    def __init__(self, message: str, reply: bytes, expected: bytes) -> None:
+        super().__init__(message)
+        self.reply, self.expected = reply, expected
+
+
+def check_tube(name: str) -> bytes:
+    """A tube name as the protocol accepts it (bytes); ValueError with the reason if not."""
+    if not name:
+        raise ValueError("a tube name cannot be empty")
+    if name.startswith("-"):
+        raise ValueError("a tube name cannot start with '-': %r" % name)
+    bad = sorted(set(name) - NAME_CHARS)
+    if bad:
+        raise ValueError("%r: a tube name may hold only letters, digits and - + / ; . $ _ ( ), "
+                         "not %s" % (name, ", ".join(repr(c) for c in bad)))
+    if len(name) > NAME_MAX:
+        raise ValueError("a tube name has at most %d characters, not %d" % (NAME_MAX, len(name)))
+    return name.encode("ascii")
+
+
+def describe(address: Address) -> str:
+    """The server's address as messages show it: host:port, [IPv6]:port or unix:PATH."""
+    if isinstance(address, str):
+        return "unix:" + address
+    host, port = address
+    return "%s:%s" % ("[%s]" % host if ":" in host and not host.startswith("[") else host, port)
+
+
+def _shown(data: bytes, limit: int = 60) -> str:
+    """Bytes from the peer, safe to print on one line."""
+    text = data[:limit].decode("ascii", "backslashreplace")
+    text = "".join(c if c.isprintable() else "\\x%02x" % ord(c) for c in text)
+    return repr(text + ("..." if len(data) > limit else ""))
+
+
+def parse_dict(body: bytes, text_keys: frozenset[str] = TEXT_KEYS) -> Stats:
+    """A stats document (YAML `key: value` lines after `---`) -> dict: numbers as int or
+    float, true and false as bool, the rest (and the values of text_keys) as str."""
+    out: Stats = {}
+    for line in body.decode("utf-8", "replace").split("\n")[1:]:
+        if not line:
+            continue
+        key, sep, value = line.partition(": ")
+        if not sep:
+            raise ProtocolError("cannot read this stats line: %s" % _shown(line.encode()))
+        out[key] = value.strip('"') if key in text_keys else _value(value)
+    return out
+
+
+def _value(text: str) -> int | float | bool | str:
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_list(body: bytes) -> list[str]:
+    """A YAML list document (list-tubes) -> list of names."""
+    return [line[2:] for line in body.decode("utf-8", "replace").split("\n")[1:]
+            if line.startswith("- ")]
+
+
+def _tube(name: str | bytes) -> bytes:
+    return name.encode() if isinstance(name, str) else name
+
+
+class Client:
+    """One connection to a beanstalk-protocol server (fastbean or any beanstalkd).
+
+    address: (host, port), or the path of a UNIX socket. timeout: seconds for
+    connecting and then for each reply (None: wait for ever).
+
+    Two levels share the connection:
+    - commands (put, use, watch, peek, reserve_job, delete, kick, stats...) check
+      the reply and return what it carries; an error reply raises ServerError
+      (NotFound for NOT_FOUND);
+    - the wire (send, line, body, cmd, job, yaml) sends any bytes and hands back
+      the replies as they come, for tests that check a server byte for byte.
+
+    Every failure is a ClientError. The ones about the connection itself are also
+    OSErrors: ConnectError and ConnectionLost are ConnectionErrors, and NoReply (no
+    reply within the timeout) is a ConnectionLost and a TimeoutError.
+    """
+
+    def __init__(self, address: Address, timeout: float | None = TIMEOUT) -> None:
+        self.address = address
+        self.where = describe(address)
+        self.timeout = timeout
+        self._buf = b""
+        self._used: bytes | None = b"default"   # the tube in use, if known
+        try:
+            if isinstance(address, str):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                try:
+                    sock.connect(address)
+                except OSError:
+                    sock.close()
+                    raise
+            else:
+                sock = socket.create_connection(address, timeout)
+        except (OSError, UnicodeError, ValueError) as e:     # the last two: unusable names
+            raise ConnectError("cannot connect to %s: %s" % (self.where, _reason(e))) from None
+        self.sock = sock        # for tests that watch the connection itself
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "<%s.%s to %s>" % (type(self).__module__, type(self).__qualname__, self.where)
+
+    # -- the wire: bytes as they are
+
+    def send(self, data: bytes) -> None:
+        """Send bytes as they are: any number of commands, or part of one."""
+        self._used = None       # they may hold a use
+        self._send(data)
+
+    def line(self) -> bytes:
+        """The next reply line, without its CRLF."""
+        while True:
+            end = self._buf.find(b"\r\n")
+            if end >= 0:
+                line, self._buf = self._buf[:end], self._buf[end + 2:]
+                return line
+            if len(self._buf) > MAX_REPLY_LINE:
+                raise self._alien(self._buf)
+            self._fill(bool(self._buf))
+
+    def body(self, n: int) -> bytes:
+        """The next n bytes, which must be followed by CRLF (a reply's body)."""
+        while len(self._buf) < n + 2:
+            self._fill(True)
+        body, end, self._buf = self._buf[:n], self._buf[n:n + 2], self._buf[n + 2:]
+        if end != b"\r\n":
+            raise ProtocolError("%s sent a reply body without its closing CRLF" % self.where)
+        return body
+
+    def cmd(self, line: bytes, expect: bytes | None = None) -> bytes:
+        """Send one command line (and its body, if line holds one) and return the reply
+        line as it came. expect: the reply it must be, else UnexpectedReply."""
+        self.send(line + b"\r\n")
+        reply = self.line()
+        if expect is not None and reply != expect:
+            raise UnexpectedReply("%s: %s answered %r, not %r" % (
+                _shown(line.split(b"\r\n", 1)[0]), self.where, reply, expect), reply, expect)
+        return reply
+
+    def job(self, line: bytes) -> tuple[int, bytes] | None:
+        """Send a command that may answer with a job (RESERVED or FOUND, and its
+        body): (id, body), or None for any other reply."""
+        reply = self.cmd(line)
+        words = reply.split()
+        if not words or words[0] not in (b"RESERVED", b"FOUND"):
+            return None
+        if len(words) != 3 or not words[1].isdigit() or not words[2].isdigit():
+            raise self._alien(reply)
+        return int(words[1]), self.body(int(words[2]))
+
+    def yaml(self, line: bytes) -> Stats:
+        """Send a command answered by OK and a stats document (stats, stats-tube,
+        stats-job, fastbean-stats...): the document as parse_dict reads it."""
+        body = self._call(line, b"OK")[1]
+        return parse_dict(body, STATS_TEXT_KEYS if line == b"stats" else TEXT_KEYS)
+
+    # -- commands
+
+    def stats(self) -> Stats:
+        return parse_dict(self._call(b"stats", b"OK")[1], STATS_TEXT_KEYS)
+
+    def list_tubes(self) -> list[str]:
+        names = parse_list(self._call(b"list-tubes", b"OK")[1])
+        for name in names:
+            try:
+                check_tube(name)
+            except ValueError:
+                raise ProtocolError("%s listed a tube named %s, which the protocol does not "
+                                    "allow" % (self.where, _shown(name.encode()))) from None
+        return names
+
+    def stats_tube(self, tube: str | bytes) -> Stats:
+        return parse_dict(self._call(b"stats-tube " + _tube(tube), b"OK")[1])
+
+    def stats_tubes(self, tubes: Iterable[str]) -> dict[str, Stats]:
+        """stats-tube for many tubes, pipelined; a tube gone meanwhile is left out."""
+        out = {}
+        names = [t.encode("ascii") for t in tubes]
+        for start in range(0, len(names), PIPELINE):
+            batch = names[start:start + PIPELINE]
+            self._send(b"".join(b"stats-tube %s\r\n" % t for t in batch))
+            for tube in batch:
+                try:
+                    doc = self._reply("stats-tube", (b"OK",))[1]
+                except NotFound:
+                    continue
+                out[tube.decode("ascii")] = parse_dict(doc or b"")
+        return out
+
+    def stats_job(self, job_id: int) -> Stats:
+        return parse_dict(self._call(b"stats-job %d" % job_id, b"OK")[1])
+
+    def use(self, tube: str | bytes) -> None:
+        """Put new jobs into this tube (sent only when another one is in use)."""
+        name = _tube(tube)
+        if name != self._used:
+            self._used = None
+            self._call(b"use " + name, b"USING")
+            self._used = name
+
+    def watch(self, tube: str | bytes) -> int:
+        """Reserve from this tube too; returns how many tubes are watched."""
+        return self._int(self._call(b"watch " + _tube(tube), b"WATCHING")[0])
+
+    def put(self, body: bytes, pri: int = 0, delay: int = 0, ttr: int = 60) -> int:
+        """A new job in the tube in use; its id."""
+        words, _ = self._call(b"put %d %d %d %d\r\n%s" % (pri, delay, ttr, len(body), body),
+                              b"INSERTED")
+        return self._int(words)
+
+    def peek(self, job_id: int) -> bytes:
+        """The body of a job; NotFound if there is no such job."""
+        return self._job(*self._call(b"peek %d" % job_id, b"FOUND"))[1]
+
+    def peek_state(self, state: str) -> tuple[int, bytes]:
+        """The next job in `state` (ready, delayed, buried) of the tube in use:
+        (id, body); NotFound if none."""
+        return self._job(*self._call(b"peek-" + state.encode(), b"FOUND"))
+
+    def reserve_job(self, job_id: int) -> tuple[int, bytes]:
+        """Reserve this job, whatever tubes are watched: (id, body); NotFound if
+        it is not ready, delayed or buried."""
+        return self._job(*self._call(b"reserve-job %d" % job_id, b"RESERVED"))
+
+    def delete(self, job_id: int) -> None:
+        self._call(b"delete %d" % job_id, b"DELETED")
+
+    def delete_and_peek(self, job_id: int, state: str) -> tuple[bool, tuple[int, bytes] | None]:
+        """Delete a job and peek the next in `state` in one round trip:
+        (deleted, (id, body) or None)."""
+        self._send(b"delete %d\r\npeek-%s\r\n" % (job_id, state.encode()))
+        try:
+            self._reply("delete", (b"DELETED",))
+            deleted = True
+        except NotFound:
+            deleted = False
+        try:
+            return deleted, self._job(*self._reply("peek-" + state, (b"FOUND",)))
+        except NotFound:
+            return deleted, None
+
+    def kick(self, bound: int) -> int:
+        """Kick up to `bound` jobs of the tube in use; how many were."""
+        words, _ = self._call(b"kick %d" % bound, b"KICKED")
+        return self._int(words)
+
+    def pause_tube(self, tube: str | bytes, seconds: int) -> None:
+        self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
+
+    # -- inside
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            raise ConnectionLost("lost the connection to %s: %s" % (self.where, _reason(e))) from None
+
+    def _fill(self, mid_reply: bool) -> None:
+        try:
+            data = self.sock.recv(1 << 16)
+        except socket.timeout:
+            raise NoReply("no reply from %s after waiting %gs" % (
+                self.where, self.sock.gettimeout() or 0)) from None
+        except OSError as e:
+            raise ConnectionLost("lost the connection to %s: %s" % (self.where, _reason(e))) from None
+        if not data:
+            raise ConnectionLost("%s closed the connection %s" % (
+                self.where, "in the middle of a reply" if mid_reply else "without replying"))
+        self._buf += data
+
+    def _alien(self, line: bytes) -> ProtocolError:
+        return ProtocolError("%s does not speak the beanstalk protocol (it sent %s)" % (
+            self.where, _shown(line)))
+
+    def _reply(self, command: str, ok: tuple[bytes, ...]) -> tuple[list[bytes], bytes | None]:
+        """Read one reply to `command`; return (words, body) if its first word is in `ok`."""
+        line = self.line()
+        words = line.split()
+        word = words[0] if words else b""
+        body = None
+        if word in BODY_REPLIES:
+            if len(words) != BODY_REPLIES[word] or not words[-1].isdigit() \
+                    or int(words[-1]) > MAX_BODY:
+                raise self._alien(line)
+            body = self.body(int(words[-1]))
+        if word in ok:
+            return words, body
+        if word in ERROR_REPLIES and len(words) == 1:
+            kind = NotFound if word == b"NOT_FOUND" else ServerError
+            raise kind("%s: %s answered %s (%s)" % (
+                command, self.where, word.decode(), ERROR_REPLIES[word]), word)
+        if word == b"BURIED" and command == "put" and len(words) == 2:
+            raise ServerError("put: %s answered %s (out of memory growing the ready queue; "
+                              "the job was buried)" % (self.where, line.decode()), word)
+        raise self._alien(line)
+
+    def _call(self, line: bytes, ok: bytes) -> tuple[list[bytes], bytes]:
+        """Send one command; (words, body) of a reply whose first word is `ok`
+        (body b"" if it has none)."""
+        self._send(line + b"\r\n")
+        words, body = self._reply(line.split(b" ", 1)[0].decode(), (ok,))
+        return words, body or b""
+
+    def _int(self, words: list[bytes]) -> int:
+        if len(words) != 2 or not words[1].isdigit():
+            raise self._alien(b" ".join(words))
+        return int(words[1])
+
+    def _job(self, words: list[bytes], body: bytes | None) -> tuple[int, bytes]:
+        if not words[1].isdigit():
+            raise self._alien(b" ".join(words))
+        return int(words[1]), body or b""
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, socket.timeout):
+        return "timed out"
+    if not isinstance(err, OSError):
+        return "not a usable address (%s)" % err
+    return err.strerror or str(err)
