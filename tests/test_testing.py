@@ -121,8 +121,8 @@ def test_a_free_port_taken_meanwhile_is_tried_again(monkeypatch):
         s.bind(("127.0.0.1", 0))
         s.listen()
         ports = [s.getsockname()[1]]
-        real = fbt._free_port
-        monkeypatch.setattr(fbt, "_free_port", lambda host: ports.pop() if ports else real(host))
+        real = fbt.free_port
+        monkeypatch.setattr(fbt, "free_port", lambda host: ports.pop() if ports else real(host))
         with fbt.server() as srv:
             assert srv.port != s.getsockname()[1] and not ports
             with greenstalk.Client(srv.address) as c:

@@ -3,16 +3,19 @@
 Loaded through the pytest11 entry point; nothing starts until a test asks
 for a fixture, so installing fastbean costs other test suites nothing.
 """
+from __future__ import annotations
+
 import os
 import shlex
+from collections.abc import Iterator
 
 import pytest
 
 from fastbean.errors import ServerStartError
-from fastbean.testing import server
+from fastbean.testing import Clock, Server, server
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fastbean", "fastbean server for tests (fixtures fastbean, "
                                         "fastbean_clock, fastbean_server)")
     group.addoption("--fastbean-binlog", metavar="DIR", default=None,
@@ -29,8 +32,8 @@ def pytest_addoption(parser):
     parser.addini("fastbean_unix_socket", "serve on a UNIX socket", type="bool", default=False)
 
 
-def _binlog_dir(config):
-    path = config.getoption("fastbean_binlog")
+def _binlog_dir(config: pytest.Config) -> str | None:
+    path: str | None = config.getoption("fastbean_binlog")
     if path is None:
         path = config.getini("fastbean_binlog")
         if not path:
@@ -43,21 +46,20 @@ def _binlog_dir(config):
 
 
 @pytest.fixture(scope="session")
-def fastbean_server(request):
+def fastbean_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """The session's fastbean server (started with --testing): host, port, url,
     address, pid, clock, reset(). Not reset between tests: ask for `fastbean`."""
     config = request.config
-    args = config.getoption("fastbean_args")
-    args = shlex.split(args) if args is not None else config.getini("fastbean_args")
+    text = config.getoption("fastbean_args")
+    args: list[str] = shlex.split(text) if text is not None else config.getini("fastbean_args")
     unix = config.getoption("fastbean_unix_socket")
     if unix is None:
         unix = config.getini("fastbean_unix_socket")
+    failure: str | None = None
     try:
         srv = server(*args, unix_socket=bool(unix), binlog_dir=_binlog_dir(config), testing=True)
     except ServerStartError as e:
         failure = str(e)        # reported outside the except block: one message, no chain
-    else:
-        failure = None
     if failure is not None:
         pytest.fail("the fastbean test server could not start: %s" % failure, pytrace=False)
     with srv:
@@ -65,7 +67,7 @@ def fastbean_server(request):
 
 
 @pytest.fixture
-def fastbean(fastbean_server):
+def fastbean(fastbean_server: Server) -> Server:
     """The session's server, emptied for this test: no jobs, tubes, pauses,
     reservations or other connections, counters at zero, clock at real time."""
     fastbean_server.reset()
@@ -73,6 +75,6 @@ def fastbean(fastbean_server):
 
 
 @pytest.fixture
-def fastbean_clock(fastbean):
+def fastbean_clock(fastbean: Server) -> Clock:
     """The clock of the (emptied) server: advance(seconds) moves it forward."""
     return fastbean.clock
