@@ -36,7 +36,7 @@ import urllib.request
 
 from benchmarks.compare import RESULTS
 from benchmarks.harness import finish, loadgen, write_results
-from tests.servers import Client, Server, free_port
+from tests.servers import Server, client, free_port
 
 STEAL_LIMIT = 0.10
 
@@ -107,7 +107,7 @@ def run_once(clients, binlog, seconds, warmup, kind="fastbean"):
     args = ["-f", "0"] if binlog else []
     if binlog and kind == "fastbean":
         args += ["--metrics", str(mport)]
-    with Server.start(kind, *args, binlog=binlog, timeout=600) as srv:
+    with Server(kind, *args, binlog=binlog).start(600) as srv:
         loadgen(srv.port, "put", conns=clients, depth=1, seconds=warmup)
         if binlog and kind == "fastbean":
             m0 = scrape(mport)
@@ -150,7 +150,7 @@ def spread(values):
 def peek_latencies(port, seconds):
     """Round trips of `peek` of one job, one at a time, for `seconds`: sorted, in us."""
     out = []
-    with Client(port) as c:
+    with client(port) as c:
         jid = c.put(b"read me")
         end = time.perf_counter() + seconds
         while True:
@@ -167,7 +167,7 @@ def peek_latencies(port, seconds):
 def read_cost(policy, loaded, seconds):
     """Peek latency (p50, p99 in us) on a fresh server with -f `policy`, alone or
     beside puts from 10 clients at depth 1; None when CPU steal was high."""
-    with Server.start("fastbean", "-f", policy, binlog=True) as srv:
+    with Server("fastbean", "-f", policy, binlog=True).start() as srv:
         load = None
         if loaded:
             load = loadgen(srv.port, "put", conns=10, depth=1, seconds=seconds + 0.5, background=True)

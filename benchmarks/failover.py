@@ -48,7 +48,7 @@ def main(argv=None):
             proxy.put_until_accepted(b"after", timeout=120)
             times.append(time.monotonic() - t0)
             new = find_primary(nodes, exclude=(primary,))
-            took = re.findall(r"placing the jobs took ([0-9.]+) s", new.log())
+            took = re.findall(r"placing the jobs took ([0-9.]+) s", new.log[-4000:])
             finishes.append(float(took[-1]) if took else float("nan"))
             print("takeover %2d: %s -> %s  %.2f s  (placing %s jobs: %.3f s)" % (
                 n + 1, primary.name, new.name, times[-1], args.jobs or "the", finishes[-1]),

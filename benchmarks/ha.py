@@ -55,7 +55,7 @@ def measure(kind, case, seconds, cluster, work, n):
             drop_stream(cluster.urls, stream)
         return res
     name = kind.split()[0]
-    with Server.start(name, "-f", "0", binlog=True, timeout=600) as server:
+    with Server(name, "-f", "0", binlog=True).start(600) as server:
         return loadgen(server.port, workload, conns=conns, depth=depth, body=100,
                        seconds=seconds, warmup=0.5)
 

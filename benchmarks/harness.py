@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tests.servers import BEANSTALKD, Client
+from tests.servers import BEANSTALKD, client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "build")
@@ -59,7 +59,7 @@ def finish(proc):
 
 def stats(port, line=b"stats"):
     """stats (or stats-tube NAME) as a dict."""
-    with Client(port, timeout=60.0) as c:
+    with client(port, 60.0) as c:
         return c.yaml(line)
 
 

@@ -30,7 +30,7 @@ import sys
 import time
 
 from benchmarks.harness import build_loadgen, loadgen, stats, write_results
-from tests.servers import KINDS, Client, Server
+from tests.servers import KINDS, Server, client
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MB = 1 << 20
@@ -50,7 +50,7 @@ def live_jobs(st):
 
 
 def table_buckets(port):
-    with Client(port, timeout=60.0) as c:
+    with client(port, 60.0) as c:
         return int(c.yaml(b"fastbean-stats")["job-table-buckets"])
 
 
@@ -72,7 +72,7 @@ def first_at_most(trace, goal):
 
 
 def measure(kind, jobs, body):
-    with Server.start(kind, timeout=600) as server:
+    with Server(kind).start(600) as server:
         time.sleep(IDLE_SETTLE)
         empty = server.rss()
         fill = loadgen(server.port, "put", conns=10, depth=16, body=body, seconds=0, total=jobs)
@@ -155,7 +155,7 @@ def timed(server, workload, **kw):
 def churn_once(queue, seconds):
     """Puts of a backlog, round trips (put, reserve, delete) on top of it at a
     steady size, then reserve and delete of the whole backlog."""
-    with Server.start("fastbean", timeout=600) as server:
+    with Server("fastbean").start(600) as server:
         fill = timed(server, "put", conns=10, depth=16, seconds=0, total=queue)
         before = table_buckets(server.port)
         run = timed(server, "roundtrip", conns=10, depth=4, seconds=seconds, warmup=0)

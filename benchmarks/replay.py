@@ -31,7 +31,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -49,7 +48,7 @@ STATES = ("ready", "delayed", "buried", "reserved")
 def binlog_server(kind, binlog_dir, *args):
     """A server on a binlog directory the caller owns, started and timed from now
     (wait_ready() or wait_replayed() waits for it)."""
-    return Server.start(kind, *args, binlog=binlog_dir, wait=False)
+    return Server(kind, *args, binlog=binlog_dir).spawn()
 
 
 class Conn:
@@ -209,7 +208,7 @@ def replay_bench(jobs, body, share):
                 expect = fill(server.port, jobs, body, share)
                 fill_s = time.monotonic() - t0
             finally:
-                server.stop(signal.SIGTERM)
+                server.stop()
             r = {"expect": expect, "fill_s": fill_s, "stop_exit": server.proc.returncode,
                  "binlog": dir_usage(path), "empty_start_s": empty_start(kind)}
             r["replay"] = replay_once(kind, path, expect)
@@ -306,7 +305,7 @@ def loss_once(kind, policy, conns, depth, seconds, body):
                 t.start()
             time.sleep(seconds)
         finally:
-            server.stop(signal.SIGKILL)
+            server.kill()
         for t in threads:
             t.join()
         server = binlog_server(kind, path, *policy)

@@ -90,8 +90,7 @@ def probe(port, seconds, interval_us):
 
 def measure(cap, args):
     mport = free_port()
-    with Server.start("fastbean", "--metrics", "127.0.0.1:%d" % mport,
-                "--metrics-tubes", cap) as srv:
+    with Server("fastbean", "--metrics", "127.0.0.1:%d" % mport, "--metrics-tubes", cap).start() as srv:
         t0 = time.monotonic()
         fill(srv.port, args.tubes)
         progress("  --metrics-tubes %d: %d tubes filled in %.1f s" % (

@@ -322,7 +322,7 @@ SCENARIOS = {
 
 
 def measure(kind, name, n, args):
-    with Server.start(kind, timeout=600) as srv:
+    with Server(kind).start(600) as srv:
         base = None
         if name != "many-tubes":
             base = probe_result(start_probe(srv.port, args.baseline, args)[0])

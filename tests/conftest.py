@@ -11,7 +11,7 @@ from tests.servers import KINDS, Server
 @pytest.fixture(params=KINDS)
 def server(request):
     """beanstalkd, then fastbean: the test runs against both."""
-    s = Server.start(request.param)
+    s = Server(request.param).start()
     yield s
     s.stop()
 
@@ -19,7 +19,7 @@ def server(request):
 @pytest.fixture
 def fastbean_server(request):
     """fastbean alone; parametrize it indirectly with a tuple of extra arguments."""
-    s = Server.start("fastbean", *getattr(request, "param", ()))
+    s = Server("fastbean", *getattr(request, "param", ())).start()
     yield s
     s.stop()
 

@@ -8,59 +8,36 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.servers import Client, fastbean_cmd, free_port, wait_listening
+from tests.servers import Server, client, free_port, wait_listening
 
 
-class Node:
-    """One fastbean process started with --replicate, on its own loopback port."""
+class Node(Server):
+    """One fastbean process started with --replicate, on its own loopback port,
+    its stderr appended to LOGDIR/NAME.log; started at once."""
 
     def __init__(self, name, urls, logdir, *args, stream="fastbean"):
-        self.name, self.urls, self.args, self.stream = name, urls, args, stream
-        self.port = free_port()
         self.metrics_port = free_port()     # /readyz: 200 on the primary only
-        self.logfile = os.path.join(str(logdir), "%s.log" % name)
-        self.proc = None
+        # ready once the port accepts: it does even on a standby, which closes
+        # every connection at once rather than answer stats
+        super().__init__("fastbean", "--replicate", urls, "--replicate-stream", stream,
+                         "--node-name", name, "--metrics", "127.0.0.1:%d" % self.metrics_port, *args,
+                         ready="accept", name="node " + name,
+                         log_path=os.path.join(str(logdir), "%s.log" % name))
+        self.name, self.urls, self.stream = name, urls, stream
         self.start()
 
-    def start(self):
-        with open(self.logfile, "ab") as log:
-            self.proc = subprocess.Popen(
-                fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(self.port), "--replicate", self.urls,
-                                  "--replicate-stream", self.stream, "--node-name", self.name,
-                                  "--metrics", "127.0.0.1:%d" % self.metrics_port,
-                                  *map(str, self.args)],
-                stdout=subprocess.DEVNULL, stderr=log)
-        # the port takes connections even on a standby
-        wait_listening(self.port, self.proc, lambda: "node %s: %s" % (self.name, self.log()))
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def signal(self, sig):
-        os.kill(self.proc.pid, sig)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode
+    def stop(self, timeout=15.0):
+        """SIGCONT (it may be paused), then SIGTERM (SIGKILL after timeout s)."""
+        if self.running:
+            os.kill(self.pid, signal.SIGCONT)
+        return super().stop(timeout)
 
     def is_primary(self):
         """A primary answers stats; a standby closes the connection at once."""
         try:
-            with Client(self.port, timeout=2) as c:
+            with self.client(2) as c:
                 return c.cmd(b"stats").startswith(b"OK ")
-        except (OSError, ConnectionError):
+        except OSError:
             return False
 
     def readyz(self):
@@ -74,12 +51,8 @@ class Node:
         except OSError:
             return None
 
-    def log(self):
-        with open(self.logfile, "rb") as f:
-            return f.read().decode(errors="replace")[-4000:]
-
     def ext_stats(self):
-        with Client(self.port) as c:
+        with self.client() as c:
             return c.yaml(b"fastbean-stats")
 
 
@@ -88,11 +61,11 @@ def find_primary(nodes, timeout=60.0, exclude=()):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for node in nodes:
-            if node not in exclude and node.proc.poll() is None and node.is_primary():
+            if node not in exclude and node.running and node.is_primary():
                 return node
         time.sleep(0.05)
     raise AssertionError("no primary after %.0f s:\n%s" % (
-        timeout, "\n".join("%s: %s" % (n.name, n.log()) for n in nodes)))
+        timeout, "\n".join("%s: %s" % (n.name, n.log[-4000:]) for n in nodes)))
 
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -125,9 +98,9 @@ class Haproxy:
         while good < 10:
             assert time.monotonic() < deadline, "HAProxy still sends clients to standbys"
             try:
-                with Client(self.port, timeout=5) as c:
+                with client(self.port, 5) as c:
                     good = good + 1 if c.cmd(b"stats").startswith(b"OK ") else 0
-            except (OSError, ConnectionError):
+            except OSError:
                 good = 0
                 time.sleep(0.05)
 
@@ -136,11 +109,11 @@ class Haproxy:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                with Client(self.port, timeout=5) as c:
+                with client(self.port, 5) as c:
                     reply = c.cmd(b"put 0 0 60 %d\r\n%s" % (len(body), body))
                     if reply.startswith(b"INSERTED "):
                         return int(reply.split()[1])
-            except (OSError, ConnectionError):
+            except OSError:
                 pass
             time.sleep(0.01)
         raise AssertionError("no put accepted through HAProxy in %.0f s" % timeout)

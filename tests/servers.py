@@ -1,24 +1,34 @@
-"""Server processes for the tests and the benchmarks, and clients that talk to them.
+"""The servers the tests and the benchmarks start, and the clients that talk to them,
+on what the package ships.
 
-A Server starts on a free loopback port (beanstalkd, fastbean, or the
-benchmarks' nullserver), is ready once it accepts a connection, and is
-stopped by its PID; it reads its own CPU and RSS from /proc. Client is a
-small blocking protocol client; EngineClient drives the compiled engine
-in-process, on a fake transport, with no socket at all.
+Server is fastbean.testing.Server (started and stopped by its PID, ready once
+it answers stats with its own pid, a free port that another process takes
+first replaced by another) plus what only this suite needs: beanstalkd and the
+benchmarks' nullserver beside fastbean, FASTBEAN_CMD to wrap fastbean, a
+temporary binlog, and its CPU and RSS from /proc. Client is
+fastbean.client.Client; client(port) connects one to a loopback port.
+EngineClient drives the compiled engine in-process, on a fake transport, with
+no socket at all.
 """
 import os
 import shlex
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
+from fastbean import testing
+from fastbean.client import Client, NotFound, parse_dict
+from fastbean.testing import free_port
+
+__all__ = ["BEANSTALKD", "FUZZ", "HOST", "KINDS", "Client", "EngineClient", "NotFound", "Server", "client",
+           "fastbean_cmd", "free_port", "parse_dict", "wait_listening"]
+
 # `make fuzz` (FASTBEAN_FUZZ=N) multiplies the examples of the randomized tests.
 FUZZ = max(1, int(os.environ.get("FASTBEAN_FUZZ", "1")))
 KINDS = ("beanstalkd", "fastbean")
+HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -31,18 +41,24 @@ def beanstalkd_path():
 BEANSTALKD = beanstalkd_path()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def fastbean_cmd():
+    # FASTBEAN_CMD lets a run wrap the server (valgrind, an ASan preload, ...);
+    # a wrapper must exec the server, whose pid the readiness check asks for
+    return shlex.split(os.environ.get("FASTBEAN_CMD", "")) or [sys.executable, "-m", "fastbean"]
+
+
+def client(port, timeout=5.0):
+    """A Client connected to 127.0.0.1:port."""
+    return Client((HOST, port), timeout)
 
 
 def wait_listening(port, proc=None, describe=lambda: "nothing", timeout=10.0):
-    """Wait until 127.0.0.1:port accepts; raise with describe() if proc dies or time runs out."""
+    """Wait until 127.0.0.1:port accepts (a process that is not a beanstalk server:
+    NATS, HAProxy, an HTTP endpoint); raise with describe() if proc dies or time runs out."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            socket.create_connection((HOST, port), timeout=1).close()
             return
         except OSError:
             if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
@@ -50,107 +66,94 @@ def wait_listening(port, proc=None, describe=lambda: "nothing", timeout=10.0):
             time.sleep(0.01)
 
 
-def fastbean_cmd():
-    # FASTBEAN_CMD lets a run wrap the server (valgrind, an ASan preload, ...)
-    return shlex.split(os.environ.get("FASTBEAN_CMD", "")) or [sys.executable, "-m", "fastbean"]
+class Server(testing.Server):
+    """A server process on 127.0.0.1 (or a UNIX socket), not yet started:
+    Server("fastbean", "-b", path).start().
 
+    kind: "fastbean" (FASTBEAN_CMD, if set, is its command), "beanstalkd" or
+    "nullserver". binlog: a directory for -b, or True for a temporary one that
+    cleanup() (or the end of a with block) removes. ready: how start() knows it
+    is up, "stats" (it answers stats with its own pid) or "accept" (it accepts
+    a connection: a standby node, the nullserver, a test of what happens before
+    the loop runs). name: what messages call it (default: kind). The other
+    arguments are fastbean.testing.Server's."""
 
-def server_cmd(kind, port):
-    """The command line that starts a server of this kind on 127.0.0.1:port."""
-    if kind == "beanstalkd":
-        return [BEANSTALKD, "-l", "127.0.0.1", "-p", str(port)]
-    if kind == "fastbean":
-        return fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)]
-    if kind == "nullserver":
-        from benchmarks.harness import build_tool  # C, compiled on first use
-        return [build_tool("nullserver"), str(port)]
-    raise ValueError("no server kind %r" % kind)
-
-
-class Server:
-    """One server process on 127.0.0.1:port, stopped by its PID."""
-
-    def __init__(self, kind, proc, port, log, cmd=None, tmpdir=None):
-        self.kind, self.proc, self.port, self._log, self.cmd = kind, proc, port, log, cmd
-        self.started = time.monotonic()
-        self._tmpdir = tmpdir
-
-    @classmethod
-    def start(cls, kind, *args, port=None, binlog=None, timeout=10.0, wait=True):
-        """Start a server with these extra arguments. binlog: a directory for
-        -b, or True for a temporary one that cleanup() removes. wait=False
-        returns at once (wait_ready() then times the start-up)."""
-        port = port or free_port()
-        cmd = server_cmd(kind, port)
-        tmpdir = None
+    def __init__(self, kind="fastbean", *args, port=None, unix_socket=None, binlog=None, ready=None,
+                 name=None, env=None, log_path=None):
+        if kind not in ("fastbean", "beanstalkd", "nullserver"):
+            raise ValueError("no server kind %r" % kind)
+        self._tmp_binlog = None
         if binlog is True:
-            binlog = tmpdir = tempfile.mkdtemp(prefix="fastbean-test-")
-        if binlog:
-            cmd += ["-b", str(binlog)]
-        cmd += [str(a) for a in args]
-        # stderr goes to a file: a pipe nobody reads could fill up and stall the server
-        log = tempfile.TemporaryFile()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-        server = cls(kind, proc, port, log, cmd, tmpdir)
-        if wait:
-            server.wait_ready(timeout)
-        return server
+            binlog = self._tmp_binlog = tempfile.mkdtemp(prefix="fastbean-test-")
+        super().__init__(args, HOST, port, unix_socket, binlog, env=env, log_path=log_path)
+        self.kind = kind
+        self._name = name or kind
+        self.ready = ready or ("accept" if kind == "nullserver" else "stats")
+        self.started = None             # time.monotonic() of the last start
+
+    def _program(self):
+        return fastbean_cmd() if self.kind == "fastbean" else [BEANSTALKD]
+
+    def _command(self):
+        if self.kind != "nullserver":
+            return super()._command()
+        from benchmarks.harness import build_tool  # C, compiled on first use
+        cmd = [build_tool("nullserver"), str(self.port)]
+        if self.binlog_dir is not None:
+            cmd += ["-b", self.binlog_dir]
+        return cmd + self.args
+
+    def _spawn(self):
+        self.started = time.monotonic()
+        return super()._spawn()
+
+    def _answers(self, timeout):
+        if self.ready == "stats":
+            return super()._answers(timeout)
+        try:
+            if self.unix_socket is not None:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(self.unix_socket)
+            else:
+                socket.create_connection(self.address, timeout=min(timeout, 1.0)).close()
+            return True
+        except OSError:
+            return False
+
+    def spawn(self):
+        """Start it and return at once (wait_ready() waits for it); returns it."""
+        self._spawn()
+        return self
 
     def wait_ready(self, timeout=10.0):
-        """Wait until the server accepts a connection; return the seconds since it started."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return time.monotonic() - self.started
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("%s exited with %s: %s" % (
-                        self.kind, self.proc.returncode, self.log.decode(errors="replace"))) from None
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError("%s did not accept connections on port %d" % (
-                        self.kind, self.port)) from None
-                time.sleep(0.005)
+        """Wait until it is up (see ready); the seconds since it was started."""
+        try:
+            self._wait_ready(timeout)
+        except testing.ServerStartError as e:
+            self.stop()
+            raise testing.ServerStartError("%s\n--- its stderr ---\n%s" % (e, self.log.rstrip())) from None
+        return time.monotonic() - self.started
 
     @property
-    def pid(self):
-        return self.proc.pid
+    def proc(self):
+        """The subprocess.Popen of the last start."""
+        return self._started()
 
-    def stop(self, sig=signal.SIGTERM, timeout=10.0):
-        """Signal the process (by PID) and wait for it; returns its exit status."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
-
-    def kill(self):
-        return self.stop(signal.SIGKILL)
+    @property
+    def logfile(self):
+        return self.log_path
 
     def wait(self, timeout=10.0):
-        return self.proc.wait(timeout)
+        return super().wait(timeout)
 
     def cleanup(self):
         """Stop it and remove its temporary binlog directory, if it has one."""
         self.stop(timeout=30.0)
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-
-    def __enter__(self):
-        return self
+        if self._tmp_binlog:
+            shutil.rmtree(self._tmp_binlog, ignore_errors=True)
 
     def __exit__(self, *exc_info):
         self.cleanup()
-
-    @property
-    def log(self):
-        """Everything the server wrote to stderr so far."""
-        self._log.seek(0)
-        return self._log.read()
 
     def cpu(self):
         """User + system CPU seconds used so far."""
@@ -162,100 +165,6 @@ class Server:
         """Resident set size in bytes."""
         with open("/proc/%d/statm" % self.pid) as f:
             return int(f.read().split()[1]) * PAGE
-
-
-class Client:
-    """Blocking protocol client over one socket."""
-
-    def __init__(self, port, timeout=5.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.buf = b""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-    def close(self):
-        self.sock.close()
-
-    def send(self, data):
-        self.sock.sendall(data)
-
-    def _fill(self):
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise ConnectionError("server closed the connection")
-        self.buf += data
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def body(self, n):
-        while len(self.buf) < n + 2:
-            self._fill()
-        body, self.buf = self.buf[:n], self.buf[n + 2:]
-        return body
-
-    def cmd(self, line, expect=None):
-        """Send one command line (and body, if included); return the reply line."""
-        self.send(line + b"\r\n")
-        reply = self.line()
-        if expect is not None:
-            assert reply == expect, (line, reply, expect)
-        return reply
-
-    def put(self, body, pri=0, delay=0, ttr=60):
-        reply = self.cmd(b"put %d %d %d %d\r\n%s" % (pri, delay, ttr, len(body), body))
-        assert reply.startswith(b"INSERTED "), reply
-        return int(reply.split()[1])
-
-    def use(self, tube):
-        self.cmd(b"use " + tube.encode(), b"USING " + tube.encode())
-
-    def watch(self, tube):
-        assert self.cmd(b"watch " + tube.encode()).startswith(b"WATCHING ")
-
-    def job(self, line):
-        """A command answered with RESERVED/FOUND + body: (id, body) or None."""
-        reply = self.cmd(line)
-        if not reply.startswith((b"RESERVED ", b"FOUND ")):
-            return None
-        _, jid, n = reply.split()
-        return int(jid), self.body(int(n))
-
-    def reserve_job(self, jid):
-        return self.job(b"reserve-job %d" % jid)
-
-    def peek(self, jid):
-        r = self.job(b"peek %d" % jid)
-        return None if r is None else r[1]
-
-    def yaml(self, line):
-        reply = self.cmd(line)
-        if not reply.startswith(b"OK "):
-            return None
-        return parse_yaml(self.body(int(reply.split()[1])))
-
-    def stats(self):
-        return self.yaml(b"stats")
-
-    def stats_job(self, jid):
-        return self.yaml(b"stats-job %d" % jid)
-
-
-def parse_yaml(doc):
-    """A stats document as a dict; integers as int, the rest as str."""
-    out = {}
-    for entry in doc.decode().split("\n")[1:]:
-        if ": " in entry:
-            k, v = entry.split(": ", 1)
-            out[k] = int(v) if v.lstrip("-").isdigit() else v
-    return out
 
 
 class EngineClient:

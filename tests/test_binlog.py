@@ -14,7 +14,8 @@ import time
 import pytest
 
 from fastbean.binlog.threads import FILL_AHEAD_BYTES, FILL_CHUNK_BYTES
-from tests.servers import Client, Server, free_port
+from fastbean.client import ClientError, NotFound
+from tests.servers import Server, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -22,15 +23,24 @@ pytestmark = pytest.mark.timeout(300)
 def fastbean(tmp_path, *args, binlog=None):
     d = binlog or (tmp_path / "binlog")
     d.mkdir(exist_ok=True)
-    return Server.start("fastbean", "-b", str(d), *args)
+    return Server("fastbean", "-b", str(d), *args).start()
+
+
+def job_stats(c, jid):
+    """stats-job as a dict, or None if there is no such job."""
+    try:
+        return c.stats_job(jid)
+    except NotFound:
+        return None
 
 
 def job_states(c, ids):
     """id -> (state, pri, tube, body, delay, buries, kicks, releases) of each job."""
     out = {}
     for i in ids:
-        st = c.stats_job(i)
-        if st is None:
+        try:
+            st = c.stats_job(i)
+        except NotFound:
             continue
         body = c.peek(i)
         out[i] = (st["state"], st["pri"], st["tube"], body, st["delay"],
@@ -65,12 +75,12 @@ def make_jobs(c):
 
 def test_restart_keeps_every_job(tmp_path):
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         ids = make_jobs(c)
         before = job_states(c, ids)
     s.stop()          # SIGTERM: clean exit
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         after = job_states(c, ids)
         # the reserved job comes back ready; everything else is as it was
         reserved = ids[12]
@@ -91,29 +101,29 @@ def test_spare_file_is_ready_and_a_clean_stop_removes_it(tmp_path, policy):
     # leaves only files with records in them.
     d = tmp_path / "binlog"
     s = fastbean(tmp_path, *policy)
-    with Client(s.port) as c:
+    with s.client() as c:
         c.put(b"x")
         names = sorted(n for n in os.listdir(d) if n.startswith("binlog."))
         assert names == ["binlog.1", "binlog.2"]
         assert os.path.getsize(d / "binlog.2") >= 10 << 20        # preallocated for -s
     assert s.stop() == 0, s.log
     assert sorted(n for n in os.listdir(d) if n.startswith("binlog.")) == ["binlog.1"]
-    assert b"Traceback" not in s.log
+    assert "Traceback" not in s.log
 
 
 def test_ids_continue_after_every_job_is_deleted(tmp_path):
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         last = [c.put(b"x") for _ in range(5)][-1]
         for i in range(1, last + 1):
             c.cmd(b"delete %d" % i, b"DELETED")
     s.stop()
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         assert c.put(b"y") == last + 1
     s.stop()
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         assert c.put(b"z") == last + 2
     s.stop()
 
@@ -146,8 +156,8 @@ def test_kill_9_with_f0_loses_no_acknowledged_job(tmp_path):
         k.close()
     assert len(acked) > 100
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
-        missing = [i for i in sorted(acked) if c.stats_job(i) is None]
+    with s.client() as c:
+        missing = [i for i in sorted(acked) if job_stats(c, i) is None]
         assert missing == []
     s.stop()
 
@@ -156,17 +166,18 @@ def test_kill_9_with_default_policy_loses_nothing_acknowledged(tmp_path):
     # Records are written before their replies leave, so a crash of the
     # process (not of the machine) loses nothing; -f only bounds power loss.
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         ids = [c.put(b"job %d" % i) for i in range(300)]
         for i in ids[:100]:
             c.cmd(b"delete %d" % i, b"DELETED")
     os.kill(s.pid, signal.SIGKILL)
     s.wait()
     s = fastbean(tmp_path)
-    with Client(s.port) as c:
+    with s.client() as c:
         assert c.stats()["current-jobs-ready"] == 200
         assert c.peek(ids[150]) == b"job 150"
-        assert c.stats_job(ids[50]) is None
+        with pytest.raises(NotFound):
+            c.stats_job(ids[50])
     s.stop()
 
 
@@ -216,7 +227,7 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
     for policy, filled in (("0", True), ("50", False)):
         d.mkdir()
         s = fastbean(tmp_path, "-f", policy, "-s", str(4 << 20))
-        with Client(s.port) as c:
+        with s.client() as c:
             c.put(b"x" * 1000)
             names = sorted((n for n in os.listdir(d) if n.startswith("binlog.")),
                            key=lambda n: int(n[7:]))
@@ -250,7 +261,7 @@ def test_f0_writes_zeros_ahead_of_the_records(tmp_path):
         s.kill()
         s.wait()
         s = fastbean(tmp_path)
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.peek(1) == b"x" * 1000
         s.stop()
         shutil.rmtree(d)
@@ -264,7 +275,7 @@ def test_zero_fill_never_overwrites_records(tmp_path):
     s = fastbean(tmp_path, "-f", "0", "-s", str(256 << 10), "-z", str(300 << 10))
     rnd = random.Random(11)
     bodies = {}
-    socks = [Client(s.port) for _ in range(4)]
+    socks = [s.client() for _ in range(4)]
     for n, c in enumerate(socks):
         c.use("t%d" % n)
     for _rounds in range(40):
@@ -288,7 +299,7 @@ def test_zero_fill_never_overwrites_records(tmp_path):
         c.close()
     assert len(bodies) > 400
     s = fastbean(tmp_path, "-z", str(300 << 10))
-    with Client(s.port) as c:
+    with s.client() as c:
         for jid, body in bodies.items():
             got = c.peek(jid)
             assert got == body, (jid, len(body), None if got is None else len(got))
@@ -300,7 +311,7 @@ def _torn_fixture(tmp_path):
     one, cut to its records by a clean stop. Returns (name, data, ends, ids)."""
     d = tmp_path / "src"
     s = fastbean(tmp_path, binlog=d)
-    with Client(s.port) as c:
+    with s.client() as c:
         keep = [c.put(b"keep%d" % i) for i in range(3)]
         c.use("tail")
         tail = [c.put(b"tail-job-%d" % i, pri=i) for i in range(3)]
@@ -360,11 +371,11 @@ def test_torn_tail_real_restarts(tmp_path):
         (t / name).write_bytes(data[:cut] + b"\0" * 4096)
         n = _expected(data, ends, cut, 4096)
         s = fastbean(tmp_path, binlog=t)
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.peek(keep[1]) == b"keep1" and c.peek(keep[2]) == b"keep2"
-            assert (c.peek(keep[0]) is None) == (n == 4)
+            assert (c.job(b"peek %d" % keep[0]) is None) == (n == 4)
             for k, j in enumerate(tail):
-                assert (c.peek(j) == b"tail-job-%d" % k) == (k < n), (cut, k)
+                assert (c.job(b"peek %d" % j) == (j, b"tail-job-%d" % k)) == (k < n), (cut, k)
             assert c.put(b"after") > (tail[min(n, 3) - 1] if n else keep[2])
         s.stop()
 
@@ -375,7 +386,7 @@ def test_compaction_keeps_the_file_count_bounded(tmp_path):
     d = tmp_path / "binlog"
     s = fastbean(tmp_path, "-s", "65536", "-f", "0")
     n, batch = 1_000_000, 2000
-    with Client(s.port) as c:
+    with s.client() as c:
         c.put(b"a long-lived job that pins the oldest file")   # id 1, never deleted
         c.cmd(b"bury 1 0", b"NOT_FOUND")
         next_id = 2
@@ -396,7 +407,7 @@ def test_compaction_keeps_the_file_count_bounded(tmp_path):
     assert len(files) <= 5
     s.stop()
     s = fastbean(tmp_path, "-s", "65536")
-    with Client(s.port) as c:
+    with s.client() as c:
         assert c.stats()["current-jobs-ready"] == 1
         assert c.put(b"x") == next_id
     s.stop()
@@ -434,8 +445,8 @@ def small_disk(tmp_path):
 
 
 def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
-    s = Server.start("fastbean", "-b", str(small_disk), "-s", "32768", "-f", "0")
-    with Client(s.port) as c:
+    s = Server("fastbean", "-b", str(small_disk), "-s", "32768", "-f", "0").start()
+    with s.client() as c:
         ids, refused = [], 0
         for _ in range(2000):
             r = c.cmd(b"put 0 0 60 1000\r\n" + b"x" * 1000)
@@ -454,8 +465,8 @@ def test_full_disk_refuses_puts_but_never_deletes(small_disk, tmp_path):
         # with space back, puts work again
         assert c.cmd(b"put 0 0 60 1000\r\n" + b"y" * 1000).startswith(b"INSERTED")
     s.stop()
-    s = Server.start("fastbean", "-b", str(small_disk), "-s", "32768")
-    with Client(s.port) as c:
+    s = Server("fastbean", "-b", str(small_disk), "-s", "32768").start()
+    with s.client() as c:
         assert c.stats()["current-jobs-ready"] == 1
     s.stop()
 
@@ -465,13 +476,13 @@ def wait_serving(s, timeout=30.0):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with Client(s.port, timeout=5) as c:
-                if c.stats() is not None:
-                    return
-        except (ConnectionError, OSError):
+            with s.client(5) as c:
+                c.stats()
+                return
+        except (ClientError, OSError):
             pass
-        assert s.proc.poll() is None, s.log.decode(errors="replace")
-        assert time.monotonic() < deadline, s.log.decode(errors="replace")
+        assert s.proc.poll() is None, s.log
+        assert time.monotonic() < deadline, s.log
         time.sleep(0.05)
 
 
@@ -486,27 +497,27 @@ def test_failed_fsync_stops_serving_from_memory_and_rebuilds(tmp_path, failing_f
     monkeypatch.setenv("FASTBEAN_TEST_EIO_ONCE", "1")     # one slow failure, then a working disk
     s = fastbean(tmp_path, "-f", "0")
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             first = c.put(b"before")
-        idle = Client(s.port, timeout=10)
+        idle = s.client(10)
         flag.write_text("")
-        with Client(s.port, timeout=10) as c:
+        with s.client(10) as c:
             c.send(b"put 0 0 60 6\r\nfailed\r\n")
             assert c.sock.recv(100) == b""               # no INSERTED: a hang-up
         assert idle.sock.recv(100) == b""                # every client is closed
         idle.close()
         wait_serving(s)
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.peek(first) == b"before"
             assert c.stats()["current-jobs-ready"] == 1  # the failed put is not there
             later = c.put(b"after")
         log = s.log
-        assert b"fsync of binlog.1 failed: Input/output error" in log
-        assert b"stops serving from memory" in log
-        assert b"cut back" in log and b"serving again" in log
+        assert "fsync of binlog.1 failed: Input/output error" in log
+        assert "stops serving from memory" in log
+        assert "cut back" in log and "serving again" in log
         s.kill()
         s = fastbean(tmp_path, "-f", "0")
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.peek(first) == b"before" and c.peek(later) == b"after"
             assert c.stats()["current-jobs-ready"] == 2
     finally:
@@ -524,11 +535,11 @@ def test_fsync_error_fails_every_record_written_before_it(tmp_path, failing_fsyn
     monkeypatch.setenv("FASTBEAN_TEST_EIO_ONCE", "1")     # one slow failure, then a working disk
     s = fastbean(tmp_path, "-f", "0", "-s", "65536")    # a small file: filled at once
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             first = c.put(b"before")
         time.sleep(0.5)
         flag.write_text("")
-        with Client(s.port, timeout=10) as c1, Client(s.port, timeout=10) as c2:
+        with s.client(10) as c1, s.client(10) as c2:
             c1.send(b"put 0 0 60 1\r\na\r\n")
             time.sleep(0.1)                                  # its fsync is under way
             c2.send(b"put 0 0 60 1\r\nb\r\n")
@@ -536,7 +547,7 @@ def test_fsync_error_fails_every_record_written_before_it(tmp_path, failing_fsyn
             assert c2.sock.recv(100) == b""
         assert not flag.exists()
         wait_serving(s)
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.stats()["current-jobs-ready"] == 1
             later = c.put(b"after")
             assert c.peek(first) == b"before" and c.peek(later) == b"after"
@@ -550,26 +561,26 @@ def test_binlog_that_keeps_failing_exits_for_its_supervisor(tmp_path, failing_fs
     # before is still there for the next start.
     flag = failing_fsync
     s = fastbean(tmp_path, "-f", "0")
-    with Client(s.port) as c:
+    with s.client() as c:
         first = c.put(b"before")
     flag.write_text("")
     deadline = time.monotonic() + 60
     while s.proc.poll() is None:
-        assert time.monotonic() < deadline, s.log.decode(errors="replace")
+        assert time.monotonic() < deadline, s.log
         try:
-            with Client(s.port, timeout=5) as c:
+            with s.client(5) as c:
                 c.cmd(b"put 0 0 60 1\r\nx")
         except (ConnectionError, OSError):
             pass
         time.sleep(0.05)
-    assert s.proc.returncode == 74, s.log.decode(errors="replace")
+    assert s.proc.returncode == 74, s.log
     log = s.log
-    assert log.count(b"rebuilt") >= 1 and b"exiting with status 74" in log
-    assert b"Traceback" not in log
+    assert log.count("rebuilt") >= 1 and "exiting with status 74" in log
+    assert "Traceback" not in log
     flag.unlink()
     s = fastbean(tmp_path, "-f", "0")
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.peek(first) == b"before"
     finally:
         s.stop()
@@ -595,7 +606,7 @@ def test_f0_reply_never_overtakes_its_fsync(tmp_path, gated_fsync):
     gate = gated_fsync()
     s = fastbean(tmp_path, "-f", "0")
     try:
-        with Client(s.port) as c1, Client(s.port) as c2:
+        with s.client() as c1, s.client() as c2:
             c1.send(b"put 0 0 60 1\r\na\r\n")
             time.sleep(0.1)
             c2.send(b"put 0 0 60 1\r\nb\r\n")
@@ -615,7 +626,7 @@ def test_f0_later_file_never_reports_before_the_finished_one(tmp_path, gated_fsy
     gate = gated_fsync("binlog.1")
     s = fastbean(tmp_path, "-f", "0", "-s", "8192")
     try:
-        with Client(s.port) as c1, Client(s.port) as c2:
+        with s.client() as c1, s.client() as c2:
             body = b"x" * 1000
             c1.send(b"".join(b"put 0 0 60 1000\r\n" + body + b"\r\n" for _ in range(20)))
             time.sleep(0.3)                     # one sync thread waits on binlog.1
@@ -631,7 +642,7 @@ def test_f0_later_file_never_reports_before_the_finished_one(tmp_path, gated_fsy
 
 def test_stats_report_the_binlog(tmp_path):
     s = fastbean(tmp_path, "-s", "20000")
-    with Client(s.port) as c:
+    with s.client() as c:
         st = c.stats()
         assert st["binlog-max-size"] == 20000
         assert st["binlog-current-index"] >= 1
@@ -649,13 +660,13 @@ def test_stats_report_the_binlog(tmp_path):
 def test_directory_written_by_beanstalkd_replays_in_fastbean(tmp_path):
     d = tmp_path / "b"
     d.mkdir()
-    b = Server.start("beanstalkd", "-b", str(d))
-    with Client(b.port) as c:
+    b = Server("beanstalkd", "-b", str(d)).start()
+    with b.client() as c:
         ids = make_jobs(c)
         before = job_states(c, ids)
     b.kill()                                      # beanstalkd has no clean exit
     s = fastbean(tmp_path, binlog=d)
-    with Client(s.port) as c:
+    with s.client() as c:
         after = job_states(c, ids)
         reserved = ids[12]
         before[reserved] = ("ready",) + before[reserved][1:]
@@ -670,12 +681,12 @@ def test_directory_written_by_beanstalkd_replays_in_fastbean(tmp_path):
 def test_directory_written_by_fastbean_replays_in_beanstalkd(tmp_path):
     d = tmp_path / "f"
     s = fastbean(tmp_path, binlog=d)
-    with Client(s.port) as c:
+    with s.client() as c:
         ids = make_jobs(c)
         before = job_states(c, ids)
     s.stop()
-    b = Server.start("beanstalkd", "-b", str(d))
-    with Client(b.port) as c:
+    b = Server("beanstalkd", "-b", str(d)).start()
+    with b.client() as c:
         after = job_states(c, ids)
         reserved = ids[12]
         before[reserved] = ("ready",) + before[reserved][1:]
@@ -692,8 +703,8 @@ def _after_crash_replay(kind, d):
     directory, then logged writes of every kind; the binlog counters and job
     stats seen along the way."""
     seen = []
-    s = Server.start(kind, "-b", str(d))
-    with Client(s.port) as c:
+    s = Server(kind, "-b", str(d)).start()
+    with s.client() as c:
         c.use("one")
         for k in range(5):
             c.put(b"job%d" % k, pri=k, delay=(100 if k == 4 else 0))
@@ -707,9 +718,9 @@ def _after_crash_replay(kind, d):
         c.cmd(b"bury 6 3", b"BURIED")
         c.cmd(b"release 1 4 200", b"RELEASED")
     s.kill()
-    s = Server.start(kind, "-b", str(d))
+    s = Server(kind, "-b", str(d)).start()
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             c.watch("one")
             c.watch("two")
             steps = [b"stats-tube one", b"kick 1", b"delete 3", b"kick 10", b"kick-job 5",
@@ -722,7 +733,7 @@ def _after_crash_replay(kind, d):
                 if reply.startswith(b"OK"):
                     c.body(int(reply.split()[1]))
                 st = c.stats()
-                jobs = {j: {k: v for k, v in (c.stats_job(j) or {}).items()
+                jobs = {j: {k: v for k, v in (job_stats(c, j) or {}).items()
                             if k not in ("age", "time-left", "file", "buries")}
                         for j in range(1, 8)}
                 seen.append((line, reply, st["binlog-records-written"],

@@ -1,55 +1,46 @@
 """--busy-poll: the loop polls after reads while clients answer quickly, and sleeps otherwise."""
-import os
 import subprocess
 import threading
 import time
 
 import pytest
 
-from tests.servers import Client, Server, fastbean_cmd
+from tests.servers import Server, fastbean_cmd
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")    # utime + stime
-
-
-def ping_pong(port, n):
-    with Client(port) as c:
+def ping_pong(server, n):
+    with server.client() as c:
         for i in range(n):
             c.put(b"job %d" % i)
-        stats = c.yaml(b"fastbean-stats")
-    stats["busy-poll-idle-seconds"] = float(stats["busy-poll-idle-seconds"])
-    return stats
+        return c.yaml(b"fastbean-stats")
 
 
 def test_polls_for_quick_clients_then_sleeps():
     # 5 ms: far longer than a loopback round trip, so the window must open.
-    server = Server.start("fastbean", "--busy-poll", "5000")
+    server = Server("fastbean", "--busy-poll", "5000").start()
     try:
-        stats = ping_pong(server.port, 2000)
+        stats = ping_pong(server, 2000)
         assert stats["busy-poll-max-us"] == 5000
         assert 0 < stats["busy-poll-window-us"] <= 5000
         assert stats["busy-poll-idle-seconds"] > 0
         # Once the client has gone, the server stops polling: a server that
         # kept spinning would burn about one CPU second per second here.
         time.sleep(0.2)
-        before = cpu_seconds(server.pid)
+        before = server.cpu()
         time.sleep(1.0)
-        assert cpu_seconds(server.pid) - before < 0.3
-        assert ping_pong(server.port, 0)["busy-poll-idle-seconds"] <= (
+        assert server.cpu() - before < 0.3
+        assert ping_pong(server, 0)["busy-poll-idle-seconds"] <= (
             stats["busy-poll-idle-seconds"] + 0.3)
     finally:
         assert server.stop() == 0
 
 
 def test_busy_poll_zero_never_polls():
-    server = Server.start("fastbean", "--busy-poll", "0")
+    server = Server("fastbean", "--busy-poll", "0").start()
     try:
-        stats = ping_pong(server.port, 500)
+        stats = ping_pong(server, 500)
         assert stats["busy-poll-max-us"] == 0
         assert stats["busy-poll-window-us"] == 0
         assert stats["busy-poll-idle-seconds"] == 0
@@ -58,9 +49,9 @@ def test_busy_poll_zero_never_polls():
 
 
 def test_default_is_100_microseconds():
-    server = Server.start("fastbean")
+    server = Server("fastbean").start()
     try:
-        assert ping_pong(server.port, 10)["busy-poll-max-us"] == 100
+        assert ping_pong(server, 10)["busy-poll-max-us"] == 100
     finally:
         assert server.stop() == 0
 
@@ -78,11 +69,11 @@ def test_many_quick_clients_all_get_their_turns(poll):
     # turn ends: by the poller's callback while it polls, by a loop callback
     # of the engine's own otherwise. If either failed to end a turn, a
     # held-back client would never be answered and this would time out.
-    server = Server.start("fastbean", "--busy-poll", poll)
+    server = Server("fastbean", "--busy-poll", poll).start()
     done = []
     try:
         def worker(k):
-            with Client(server.port) as c:
+            with server.client() as c:
                 ids = [c.put(b"w%d-%d" % (k, i)) for i in range(300)]
                 done.append(len(set(ids)))
 
@@ -92,7 +83,7 @@ def test_many_quick_clients_all_get_their_turns(poll):
         for t in threads:
             t.join(30)
         assert done == [300] * 8
-        with Client(server.port) as c:
+        with server.client() as c:
             assert c.yaml(b"stats")["current-jobs-ready"] == 2400
     finally:
         assert server.stop() == 0
@@ -108,9 +99,9 @@ def test_no_polling_while_replies_wait_for_the_disk(tmp_path, gated_fsync, monke
     monkeypatch.setenv("FASTBEAN_TEST_GATE_DELAY_US", "2000")
     binlog = tmp_path / "binlog"
     binlog.mkdir()
-    server = Server.start("fastbean", "-b", binlog, "-f", "0", "--busy-poll", "10000")
+    server = Server("fastbean", "-b", binlog, "-f", "0", "--busy-poll", "10000").start()
     try:
-        stats = ping_pong(server.port, 200)
+        stats = ping_pong(server, 200)
         assert stats["busy-poll-window-us"] > 0     # the poller is at work between the waits
         assert stats["busy-poll-idle-seconds"] < 0.05, stats
     finally:

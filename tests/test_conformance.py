@@ -100,7 +100,7 @@ class Session:
 def run_both(script, args=()):
     results = []
     for kind in ("beanstalkd", "fastbean"):
-        srv = Server.start(kind, *args)
+        srv = Server(kind, *args).start()
         sess = Session(srv.port)
         try:
             for step in script:

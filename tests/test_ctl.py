@@ -10,14 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.servers import BEANSTALKD, Client, Server, fastbean_cmd, free_port
+from tests.servers import Server, client, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +26,7 @@ CTL = [sys.executable, "-m", "fastbean.ctl"]
 
 @pytest.fixture(params=["fastbean", "beanstalkd"])
 def server(request):
-    s = Server.start(request.param)
+    s = Server(request.param).start()
     yield s
     s.stop()
 
@@ -74,7 +73,7 @@ def table_rows(text):
 
 
 def tube_stats(port, tube):
-    with Client(port) as c:
+    with client(port) as c:
         return c.yaml(b"stats-tube " + tube.encode())
 
 
@@ -91,7 +90,7 @@ def reserve_from(c, tube):
 def fill(port, tube, ready=0, delayed=0, buried=0):
     """Jobs in a tube; returns their ids by state."""
     ids = {"ready": [], "delayed": [], "buried": []}
-    with Client(port) as c:
+    with client(port) as c:
         c.use(tube)
         for n in range(ready):
             ids["ready"].append(c.put(b"ready %d" % n, pri=2000))
@@ -110,7 +109,7 @@ def fill(port, tube, ready=0, delayed=0, buried=0):
 # -- stats and tubes
 
 def test_stats_table_and_json(server):
-    with Client(server.port) as c:
+    with server.client() as c:
         c.put(b"a")
         c.put(b"b")
         expected = c.stats()
@@ -134,7 +133,7 @@ def test_stats_table_and_json(server):
 
 def test_tubes_table_and_json(server):
     fill(server.port, "alpha", ready=2, delayed=1, buried=1)
-    with Client(server.port) as c, Client(server.port) as holder:
+    with server.client() as c, server.client() as holder:
         c.use("alpha")
         c.put(b"urgent", pri=0)
         c.put(b"not urgent", pri=5000)
@@ -165,7 +164,7 @@ def test_tubes_table_and_json(server):
 
 def test_peek_each_state(server):
     ids = fill(server.port, "t", ready=1, delayed=1)
-    with Client(server.port) as c:
+    with server.client() as c:
         c.use("t")
         binary = b"\x00\xff\r\nbin"
         buried = c.put(binary, pri=3)
@@ -190,7 +189,7 @@ def test_peek_each_state(server):
     text = ok(ctl(server.port, "peek", "t", "buried"))
     assert text.endswith("\n\n\\x00\\xff\\x0d\nbin\n")      # control bytes shown escaped
 
-    with Client(server.port) as c:          # peeking changed nothing
+    with server.client() as c:              # peeking changed nothing
         assert c.stats_job(ids["ready"][0])["state"] == "ready"
         assert c.stats_job(buried)["reserves"] == 1
         c.cmd(b"delete %d" % ids["ready"][0], b"DELETED")
@@ -233,7 +232,7 @@ def test_put(server):
     assert data["tube"] == "default"
     piped = json.loads(ok(ctl(server.port, "put", "-", "--json", "--tube", "jobs",
                               stdin=b"")))["id"]
-    with Client(server.port) as c:
+    with server.client() as c:
         job = c.stats_job(jid)
         assert (job["tube"], job["pri"], job["delay"], job["ttr"], job["state"]) == (
             "jobs", 5, 30, 7, "delayed")
@@ -245,7 +244,7 @@ def test_put(server):
         assert c.peek(piped) == b""
         before = c.stats()["current-jobs-ready"]
     one_line_error(ctl(server.port, "put", stdin=b"x" * 70000), 4, "JOB_TOO_BIG")
-    with Client(server.port) as c:
+    with server.client() as c:
         assert c.stats()["current-jobs-ready"] == before
 
 
@@ -259,7 +258,7 @@ def test_delete(server):
                                          "not_found": [999999]}
     assert result.stderr.decode() == \
         "fastbean-ctl: job 999999 not found (or reserved by another client)\n"
-    with Client(server.port) as c, Client(server.port) as holder:
+    with server.client() as c, server.client() as holder:
         stats = c.stats()
         assert stats["current-jobs-ready"] == stats["current-jobs-buried"] == 0
         c.use("t")
@@ -274,8 +273,8 @@ def test_delete(server):
 def test_clear_asks_and_reports_what_is_left(server):
     fill(server.port, "t", ready=5, delayed=2, buried=3)
     fill(server.port, "keep", ready=2)
-    with Client(server.port) as holder:
-        with Client(server.port) as c:
+    with server.client() as holder:
+        with server.client() as c:
             c.use("t")
             c.put(b"to be held", pri=0)
         held = reserve_from(holder, "t")
@@ -307,7 +306,7 @@ def test_clear_asks_and_reports_what_is_left(server):
     assert json.loads(result.stdout) == {
         "tube": "t", "deleted": 521, "missed": 0,
         "left": {"ready": 0, "delayed": 0, "buried": 0, "reserved": 0}}
-    with Client(server.port) as c:
+    with server.client() as c:
         assert c.cmd(b"stats-tube t") == b"NOT_FOUND"      # empty and unused: gone
         assert c.stats()["current-jobs-ready"] == 2
     one_line_error(ctl(server.port, "clear", "t", "--yes"), 1, "tube 't' not found")
@@ -315,28 +314,10 @@ def test_clear_asks_and_reports_what_is_left(server):
 
 # -- addresses, failures and bad input
 
-def start_on_unix_socket(kind, path, timeout=10.0):
-    base = [BEANSTALKD] if kind == "beanstalkd" else fastbean_cmd()
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(base + ["-l", "unix:" + path], stdout=subprocess.DEVNULL, stderr=log)
-    server = Server(kind, proc, None, log)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(path)
-            return server
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError("%s did not accept on %s: %s" % (kind, path, server.log)) from None
-            time.sleep(0.01)
-
-
 @pytest.mark.parametrize("kind", ["fastbean", "beanstalkd"])
 def test_unix_socket(kind, tmp_path):
     path = str(tmp_path / "bean.sock")
-    server = start_on_unix_socket(kind, path)
+    server = Server(kind, unix_socket=path).start()
     try:
         run = [*CTL, "-l", "unix:" + path]
         put = subprocess.run(run + ["put", "-t", "over-unix", "hi", "--json"],
@@ -437,7 +418,7 @@ def test_broken_peer(reply, hold, words):
     ([], ["required: COMMAND"]),
 ])
 def test_bad_input_is_one_line_and_sends_nothing(server, args, words):
-    with Client(server.port) as c:
+    with server.client() as c:
         connections = c.stats()["total-connections"]
         err = one_line_error(subprocess.run(CTL + ["-p", str(server.port), *args],
                                             capture_output=True, cwd=ROOT, timeout=60),
@@ -447,7 +428,7 @@ def test_bad_input_is_one_line_and_sends_nothing(server, args, words):
 
 
 def test_server_error_reply(server):
-    server.proc.send_signal(signal.SIGUSR1)         # drain: put answers DRAINING
+    server.signal(signal.SIGUSR1)                   # drain: put answers DRAINING
     deadline = time.monotonic() + 10
     while True:
         result = ctl(server.port, "put", "x")
@@ -463,7 +444,7 @@ def steady_puts(port, tube):
     stop = threading.Event()
 
     def produce():
-        with Client(port) as c:
+        with client(port) as c:
             c.use(tube)
             while not stop.is_set():
                 c.put(b"x")
@@ -634,7 +615,7 @@ def test_clear_in_a_terminal(server, terminal):
     screen = tmux.wait("the summary", lambda s: "deleted 305 jobs from tube 't'" in s)
     assert re.search(r"\[#{30}\] 100%  305/305 deleted", screen), screen
     assert tmux.wait_exit() == 0
-    with Client(server.port) as c:
+    with server.client() as c:
         assert c.cmd(b"stats-tube t") == b"NOT_FOUND"
 
 

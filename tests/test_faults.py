@@ -202,7 +202,7 @@ def test_power_loss_while_compaction_moves_jobs(tmp_path, policy):
         time.sleep(rng.uniform(0.0, 0.3))
         t = work.mark("power loss %d" % i)
         disk.power_loss()
-        assert server.proc.wait(30) == -signal.SIGKILL, server.log()[-2000:]
+        assert server.proc.wait(30) == -signal.SIGKILL, server.log[-2000:]
         stop.set()
         churner.join(30)
         work.stop()
@@ -262,7 +262,7 @@ class HA:
                 return node
             if time.monotonic() > deadline:
                 raise AssertionError("no primary after %.0f s (the lease: %r):\n%s" % (
-                    timeout, name, "\n".join("%s: %s" % (n.name, n.log()[-1500:]) for n in self.nodes)))
+                    timeout, name, "\n".join("%s: %s" % (n.name, n.log[-1500:]) for n in self.nodes)))
             time.sleep(0.05)
 
     def target(self):
@@ -503,7 +503,7 @@ def test_deleted_job_does_not_come_back_after_quorum_loss(ha):
         s.start()
     deadline = time.monotonic() + 60
     while node.readyz() != 200:
-        assert time.monotonic() < deadline, node.log()
+        assert time.monotonic() < deadline, node.log[-4000:]
         time.sleep(0.1)
     gone = any(r in (b"DELETED", b"NOT_FOUND") for _, r in told)
     with Conn(ha.primary().port) as c:

@@ -9,17 +9,18 @@ import time
 
 import pytest
 
-from tests.servers import Client, Server, fastbean_cmd, free_port
+from fastbean.errors import ServerStartError
+from tests.servers import Server, client, fastbean_cmd
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def test_sigusr1_drains(server):
-    with Client(server.port) as c:
+    with server.client() as c:
         j = c.put(b"before")
         os.kill(server.pid, signal.SIGUSR1)
         deadline = time.monotonic() + 5
-        while c.stats()["draining"] != "true":
+        while c.stats()["draining"] is not True:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         assert c.cmd(b"put 0 0 10 5\r\nhello") == b"DRAINING"
@@ -30,27 +31,28 @@ def test_sigusr1_drains(server):
 
 def test_signals_sent_as_soon_as_the_port_answers_are_not_lost():
     # The port accepts (kernel backlog) before the event loop runs: a signal
-    # then must wait for the handlers, not vanish or kill the process.
+    # then must wait for the handlers, not vanish or kill the process. So
+    # each is sent once the port accepts, not once the server answers.
     for _ in range(5):
-        s = Server.start("fastbean")
+        s = Server("fastbean", ready="accept").start()
         os.kill(s.pid, signal.SIGUSR1)
-        with Client(s.port) as c:
+        with s.client() as c:
             deadline = time.monotonic() + 5
-            while c.stats()["draining"] != "true":
+            while c.stats()["draining"] is not True:
                 assert time.monotonic() < deadline, "SIGUSR1 was lost"
                 time.sleep(0.02)
         s.stop()
     for _ in range(5):
-        s = Server.start("fastbean")
+        s = Server("fastbean", ready="accept").start()
         os.kill(s.pid, signal.SIGTERM)
         assert s.wait(5) == 0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_clean_exit(sig):
-    s = Server.start("fastbean")
-    idle = Client(s.port)
-    with Client(s.port) as c:
+    s = Server("fastbean").start()
+    idle = s.client()
+    with s.client() as c:
         c.put(b"x")
         c.send(b"stats\r\n")
         os.kill(s.pid, sig)
@@ -62,14 +64,12 @@ def test_clean_exit(sig):
 def test_accepts_connections_soon_after_start():
     # the socket is bound before the heavy imports; clients can connect into
     # the backlog and are answered once the loop runs
-    port = free_port()
-    p = subprocess.Popen(fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)],
-                         stderr=subprocess.DEVNULL)
+    server = Server("fastbean").spawn()
     try:
         deadline = time.monotonic() + 10
         while True:
             try:
-                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
                 break
             except OSError:
                 assert time.monotonic() < deadline
@@ -78,8 +78,7 @@ def test_accepts_connections_soon_after_start():
         assert s.recv(100) == b"USING default\r\n"
         s.close()
     finally:
-        p.terminate()
-        p.wait()
+        server.stop()
 
 
 def test_unix_socket_replaces_a_stale_one(tmp_path):
@@ -87,25 +86,13 @@ def test_unix_socket_replaces_a_stale_one(tmp_path):
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(path)
     stale.close()
-    p = subprocess.Popen(fastbean_cmd() + ["-l", "unix:" + path], stderr=subprocess.PIPE)
+    server = Server("fastbean", unix_socket=path).start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(path)
-                s.sendall(b"list-tube-used\r\n")
-                if s.recv(100) == b"USING default\r\n":
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        s.close()
+        with server.client() as c:
+            assert c.cmd(b"list-tube-used") == b"USING default"
     finally:
-        p.terminate()
-        p.wait()
-    assert b"removing existing local socket" in p.stderr.read()
+        server.stop()
+    assert "removing existing local socket" in server.log
 
 
 def test_unix_socket_path_taken_by_a_file_is_refused(tmp_path):
@@ -128,7 +115,7 @@ def test_socket_activation(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", code], pass_fds=[fd], stderr=subprocess.PIPE)
     lsock.close()
     try:
-        with Client(port) as c:
+        with client(port) as c:
             assert c.cmd(b"list-tube-used") == b"USING default"
     finally:
         p.terminate()
@@ -151,32 +138,20 @@ def test_version_and_help_streams():
     assert "-b DIR" in p.stderr and p.stdout == ""
 
 
-def _started(cmd, argv, tmp_path):
+def _started(kind, argv):
     """(exit status and first stderr line) of a server that refused to start,
     or the stats values the flags set, of one that did."""
-    port = free_port()
-    p = subprocess.Popen(cmd + ["-l", "127.0.0.1", "-p", str(port)] + argv,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = Server(kind, *argv)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if p.poll() is not None:
-                    err = p.stderr.read().decode().splitlines()[0]
-                    return p.returncode, err.split(": ", 1)[1]
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-        with Client(port) as c:
+        server.start()
+    except ServerStartError:
+        return server.proc.returncode, server.log.splitlines()[0].split(": ", 1)[1]
+    try:
+        with server.client() as c:
             st = c.stats()
             return st["max-job-size"], st["binlog-max-size"]
     finally:
-        if p.poll() is None:
-            p.terminate()
-        p.wait()
-        p.stderr.close()
+        server.stop()
 
 
 @pytest.mark.parametrize("argv", [
@@ -192,10 +167,10 @@ def test_number_flags_parse_as_in_beanstalkd(argv, tmp_path):
     # largest size), -s is kept in an int; a service file may rely on any of it.
     if argv[0] in ("-s", "-f"):
         argv = argv + ["-b", str(tmp_path)]
-    ours = _started(fastbean_cmd(), argv, tmp_path)
+    ours = _started("fastbean", argv)
     for f in tmp_path.iterdir():
         f.unlink()
-    assert ours == _started(["beanstalkd"], argv, tmp_path)
+    assert ours == _started("beanstalkd", argv)
 
 
 def test_negative_fsync_interval_syncs_every_write():

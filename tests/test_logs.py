@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.servers import Client, Server, free_port
+from tests.servers import Server, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,7 +22,7 @@ class EventLog:
         self.events = []
 
     def _read(self):
-        lines = self.server.log.decode().split("\n")
+        lines = self.server.log.split("\n")
         complete = lines[:-1]   # the last one may be half written
         for line in complete[self.seen:]:
             obj = json.loads(line)          # every line is one JSON object
@@ -41,7 +41,7 @@ class EventLog:
                     del self.events[:i + 1]
                     return obj
             assert time.monotonic() < deadline, "no %s event; log:\n%s" % (
-                name, self.server.log.decode())
+                name, self.server.log)
             time.sleep(0.02)
 
     def names(self):
@@ -52,8 +52,8 @@ class EventLog:
 def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
     d = tmp_path / "binlog"
     d.mkdir()
-    first = Server.start("fastbean", "-b", str(d))
-    with Client(first.port) as c:
+    first = Server("fastbean", "-b", str(d)).start()
+    with first.client() as c:
         for _ in range(3):
             c.put(b"replayed")
     first.stop()
@@ -63,9 +63,9 @@ def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
         f.write(b"\x07" * 50)
 
     mport = free_port()
-    s = Server.start("fastbean", "--log-format", "json", "-b", str(d), "-f", "0",
-                     "--max-memory", "8K", "--max-connections", "3",
-                     "--metrics", "127.0.0.1:%d" % mport)
+    s = Server("fastbean", "--log-format", "json", "-b", str(d), "-f", "0",
+               "--max-memory", "8K", "--max-connections", "3",
+               "--metrics", "127.0.0.1:%d" % mport).start()
     log = EventLog(s)
     try:
         start = log.wait("start")
@@ -82,7 +82,7 @@ def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
 
         # memory cap reached, then cleared
         assert "memory-cap-reached" not in log.names()
-        with Client(s.port) as c:
+        with s.client() as c:
             ids = []
             while True:
                 reply = c.cmd(b"put 0 0 60 1000\r\n" + b"m" * 1000)
@@ -97,7 +97,7 @@ def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
             assert log.wait("memory-cap-cleared")["refused"] >= 1
 
         # connection cap reached, then cleared
-        clients = [Client(s.port) for _ in range(3)]
+        clients = [s.client() for _ in range(3)]
         for c in clients:
             c.cmd(b"list-tube-used")
         extra = socket.create_connection(("127.0.0.1", s.port))
@@ -112,7 +112,7 @@ def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
 
         # a binlog error: fail-stop, the queue rebuilt from the disk
         failing_fsync.write_text("")
-        with Client(s.port) as c:
+        with s.client() as c:
             c.send(b"put 0 0 60 1\r\nx\r\n")
             assert c.sock.recv(100) == b""
         error = log.wait("binlog-error")
@@ -124,7 +124,7 @@ def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
         rebuilt = log.wait("rebuilt")
         assert rebuilt["level"] == "warning" and rebuilt["jobs"] == 3   # not the put that failed
         failing_fsync.unlink()
-        with Client(s.port) as c:
+        with s.client() as c:
             c.put(b"y")
 
         # drain, then shutdown
@@ -140,33 +140,33 @@ def test_json_events_each_as_it_happens(tmp_path, failing_fsync):
 
 
 def test_text_logs_and_verbosity():
-    s = Server.start("fastbean")
-    with Client(s.port) as c:
+    s = Server("fastbean").start()
+    with s.client() as c:
         c.cmd(b"list-tube-used")
     s.stop()
-    text = s.log.decode()
+    text = s.log
     # the default level shows what an operator needs, nothing per connection
     assert "fastbean: fastbean " in text and "starting, pid %d" % s.pid in text
     assert "fastbean: listening on 127.0.0.1:%d\n" % s.port in text
     assert "fastbean: serving 0 jobs" in text and "shutting down on SIGTERM" in text
     assert "accept" not in text
-    s = Server.start("fastbean", "-V")
-    with Client(s.port) as c:
+    s = Server("fastbean", "-V").start()
+    with s.client() as c:
         c.cmd(b"list-tube-used")
     s.stop()
-    assert "fastbean: accept" in s.log.decode() and "fastbean: close" in s.log.decode()
+    assert "fastbean: accept" in s.log and "fastbean: close" in s.log
 
 
 def test_vv_logs_every_read_and_reply():
-    s = Server.start("fastbean", "-VV")
+    s = Server("fastbean", "-VV").start()
     body = bytes(range(256)) * 20           # big enough for the big-put read path
-    with Client(s.port) as c:
+    with s.client() as c:
         jid = c.put(body)
         c.put(body)                         # read after a big put: copied out in small chunks
         assert c.peek(jid) == body
         c.cmd(b"list-tube-used", b"USING default")
     s.stop()
-    text = s.log.decode()
+    text = s.log
     assert "fastbean: <('127.0.0.1', " in text and "b'put 0 0 60 5120\\r\\n" in text
     assert "b'list-tube-used\\r\\n'" in text
     assert "b'INSERTED %d\\r\\n'" % jid in text and "b'USING default\\r\\n'" in text

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.servers import Client, Server
+from tests.servers import Server
 
 TABLE_MIN = 4096            # the id table's smallest size (engine/table.pxi)
 QUIET = 1.5                 # s between looks: longer than the engine's idle wait (1 s)
@@ -51,7 +51,7 @@ def wait_idle_until(c, done):
 
 
 def test_id_table_shrinks_when_idle(fastbean_server):
-    with Client(fastbean_server.port, timeout=60) as c:
+    with fastbean_server.client(60) as c:
         ids = put_many(c, 100_000)
         grown = buckets(c)
         assert grown >= 32768
@@ -64,7 +64,7 @@ def test_id_table_shrinks_when_idle(fastbean_server):
 
 
 def test_jobs_survive_shrink_and_grow_cycles(fastbean_server):
-    with Client(fastbean_server.port, timeout=60) as c:
+    with fastbean_server.client(60) as c:
         kept = {}
         gone = []
         for cycle in range(2):
@@ -90,7 +90,7 @@ def test_jobs_survive_shrink_and_grow_cycles(fastbean_server):
 
 
 def test_steady_churn_does_not_resize(fastbean_server):
-    with Client(fastbean_server.port, timeout=60) as c:
+    with fastbean_server.client(60) as c:
         put_many(c, 50_000)
         before = buckets(c)
         for _ in range(20):
@@ -115,8 +115,8 @@ def test_steady_churn_does_not_resize(fastbean_server):
                     reason="under ASan (make asan) memory comes from ASan's allocator, "
                            "which keeps freed blocks in quarantine")
 def test_rss_comes_back_after_a_drain():
-    with Server.start("fastbean", timeout=30) as s:
-        with Client(s.port, timeout=60) as c:
+    with Server("fastbean").start(30) as s:
+        with s.client(60) as c:
             c.cmd(b"list-tube-used")
             time.sleep(QUIET * 2)
             empty = s.rss()

@@ -9,14 +9,13 @@ import signal
 import socket
 import struct
 import subprocess
-import tempfile
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from tests.servers import Client, Server, fastbean_cmd, free_port, wait_listening
+from tests.servers import Server, client, fastbean_cmd, free_port, wait_listening
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,9 +25,9 @@ PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 def start(*args):
     mport = free_port()
-    s = Server.start("fastbean", "--metrics", "127.0.0.1:%d" % mport, *args)
+    s = Server("fastbean", "--metrics", "127.0.0.1:%d" % mport, *args).start()
     s.mport = mport
-    wait_listening(mport, s.proc, lambda: s.log.decode(errors='replace'))
+    wait_listening(mport, s.proc, lambda: s.log)
     return s
 
 
@@ -87,7 +86,7 @@ def rss(pid):
 def probe(port, rounds=50):
     """A beanstalk client's put/delete round trips; a stalled queue fails it
     (the client gives up after 5 s)."""
-    with Client(port) as c:
+    with client(port) as c:
         for _ in range(rounds):
             jid = c.put(b"probe")
             c.cmd(b"delete %d" % jid, b"DELETED")
@@ -99,7 +98,7 @@ def test_a_real_prometheus_scrapes_the_stats_and_a_histogram(tmp_path):
     s = start()
     pport = free_port()
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             c.use("emails")
             for i in range(7):
                 c.put(b"job %d" % i)
@@ -156,7 +155,7 @@ def test_promtool_accepts_the_exposition(tmp_path):
     d.mkdir()
     s = start("-b", str(d), "-f", "0", "--metrics-tubes", "2", "--max-memory", "1M")
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             for name in ("a", "b-1", "c_2", "d.3", "e(4)", "f$5"):
                 c.use(name)
                 jid = c.put(b"x")
@@ -189,7 +188,7 @@ def test_promtool_accepts_the_exposition(tmp_path):
 def test_every_stats_key_is_published_as_the_beanstalkd_exporter_names_it():
     s = start()
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             c.put(b"a")
             c.put(b"b", delay=100)
             c.cmd(b"use other")
@@ -221,7 +220,7 @@ def test_every_stats_key_is_published_as_the_beanstalkd_exporter_names_it():
 def test_per_tube_series_are_capped_and_the_rest_summed():
     s = start("--metrics-tubes", "3")
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             # tube tK holds K jobs; the three fullest get their own series
             for k in range(1, 11):
                 c.use("t%d" % k)
@@ -242,7 +241,8 @@ def test_per_tube_series_are_capped_and_the_rest_summed():
 def test_reply_latency_counts_each_family_and_not_a_reserve_s_wait():
     s = start()
     try:
-        with Client(s.port) as c, Client(s.port) as w:
+        before, _ = samples(scrape(s))      # start() asked stats once: it is ready
+        with s.client() as c, s.client() as w:
             ids = [c.put(b"x") for _ in range(5)]
             c.send(b"".join(b"delete %d\r\n" % j for j in ids[:4]))   # one read, one write
             assert [c.line() for _ in range(4)] == [b"DELETED"] * 4
@@ -254,7 +254,8 @@ def test_reply_latency_counts_each_family_and_not_a_reserve_s_wait():
             assert c.yaml(b"stats-tube default")["name"] == "default"
         values, _ = samples(scrape(s))
         def count(fam):
-            return values['fastbean_reply_latency_seconds_count{family="%s"}' % fam]
+            key = 'fastbean_reply_latency_seconds_count{family="%s"}' % fam
+            return values[key] - before.get(key, 0)
         assert count("put") == 6 and count("delete") == 4 and count("stats") == 1
         assert count("reserve") == 1          # the blocked reserve's wait is not latency
     finally:
@@ -318,7 +319,7 @@ def test_readyz_is_503_while_the_binlog_fails(tmp_path, failing_fsync, monkeypat
     try:
         assert get(s.mport, "/readyz")[::2] == (200, b"ready\n")
         failing_fsync.write_text("")
-        with Client(s.port) as c:
+        with s.client() as c:
             c.send(b"put 0 0 60 1\r\nx\r\n")
             assert c.sock.recv(100) == b""            # not acknowledged
         assert get(s.mport, "/readyz")[::2] == (503, b"rebuilding from the binlog after a disk failure\n")
@@ -330,7 +331,7 @@ def test_readyz_is_503_while_the_binlog_fails(tmp_path, failing_fsync, monkeypat
         while get(s.mport, "/readyz")[0] != 200:
             assert time.monotonic() < deadline, s.log
             time.sleep(0.05)
-        with Client(s.port) as c:
+        with s.client() as c:
             c.put(b"y")
         values, _ = samples(scrape(s))
         assert values["fastbean_binlog_failing"] == 0 and values["fastbean_binlog_failstops_total"] == 1
@@ -375,15 +376,12 @@ def test_readyz_503_during_a_long_replay_and_ready_notified_after_listeners_acce
     notify.settimeout(0.005)
     mport = free_port()
     env = dict(os.environ, NOTIFY_SOCKET=path)
-    port = free_port()
-    log = tempfile.TemporaryFile()
-    p = subprocess.Popen([*fastbean_cmd(), "-l", "127.0.0.1", "-p", str(port),
-                          "-b", str(d), "--metrics", str(mport)], env=env, stderr=log)
+    server = Server("fastbean", "-b", str(d), "--metrics", str(mport), env=env).spawn()
     try:
         seen, ready_msg, statuses = set(), None, []
         deadline = time.monotonic() + 120
         while ready_msg is None:
-            assert time.monotonic() < deadline and p.poll() is None
+            assert time.monotonic() < deadline and server.running, server.log
             try:
                 msg = notify.recv(4096).decode()
                 statuses.append(msg)
@@ -407,13 +405,12 @@ def test_readyz_503_during_a_long_replay_and_ready_notified_after_listeners_acce
         # READY=1 was sent once it was ready: replayed, listeners served
         assert get(mport, "/readyz")[::2] == (200, b"ready\n")
         assert (503, b"replaying the binlog\n") in seen
-        with Client(port) as c:
+        with server.client() as c:
             assert c.stats()["current-jobs-ready"] == jobs
         assert "STATUS=%d jobs, 0 connections" % jobs in ready_msg
         assert any("EXTEND_TIMEOUT_USEC=" in m for m in statuses)
     finally:
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(60) == 0
+        assert server.stop(60) == 0
         notify.close()
 
 
@@ -438,7 +435,7 @@ def test_bad_requests_get_their_status_and_a_close(request_bytes, status):
         assert reply.startswith(b"HTTP/1.1 " + status), reply[:200]
         if status == b"405":
             assert b"\r\nAllow: GET, HEAD\r\n" in reply
-        with Client(s.port) as c:
+        with s.client() as c:
             assert c.cmd(b"list-tube-used") == b"USING default"
         assert get(s.mport, "/healthz")[0] == 200
     finally:
@@ -524,7 +521,7 @@ def test_slow_clients_are_timed_out_and_capped_without_stalling_the_queue():
 
 def test_metrics_address_forms():
     port = free_port()
-    s = Server.start("fastbean", "--metrics", ":%d" % port)      # every interface
+    s = Server("fastbean", "--metrics", ":%d" % port).start()      # every interface
     try:
         wait_listening(port, s.proc)
         assert get(port, "/healthz")[0] == 200

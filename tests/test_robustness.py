@@ -6,14 +6,12 @@ import time
 
 import pytest
 
-from tests.servers import Client
-
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.parametrize("fastbean_server", [("--max-memory", "1M")], indirect=True)
 def test_memory_cap_refuses_puts_until_memory_is_freed(fastbean_server):
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         ext = c.yaml(b"fastbean-stats")
         assert ext["max-memory"] == 1 << 20 and ext["memory-used"] == 0
         body = b"x" * 10000
@@ -28,7 +26,7 @@ def test_memory_cap_refuses_puts_until_memory_is_freed(fastbean_server):
         # the rejected body was swallowed: the connection is in sync
         assert c.cmd(b"list-tube-used") == b"USING default"
         # everything but put keeps working at the cap
-        with Client(fastbean_server.port) as w:
+        with fastbean_server.client() as w:
             jid, got = w.job(b"reserve-with-timeout 0")
             assert jid == ids[0] and got == body
             w.cmd(b"delete %d" % jid, b"DELETED")
@@ -41,7 +39,7 @@ def test_memory_cap_refuses_puts_until_memory_is_freed(fastbean_server):
         for i in ids[1:]:
             c.cmd(b"delete %d" % i, b"DELETED")
         assert c.yaml(b"fastbean-stats")["memory-used"] < 20000
-    assert b"memory cap 1048576 bytes" in fastbean_server.log
+    assert "memory cap 1048576 bytes" in fastbean_server.log
 
 
 def test_slow_reader_cannot_make_the_server_buffer_without_bound(fastbean_server):
@@ -60,12 +58,12 @@ def test_slow_reader_cannot_make_the_server_buffer_without_bound(fastbean_server
     # Whatever the kernel's buffers took, the server itself holds little:
     # the replies to 40 MB of stats commands would be 5 GB.
     assert fastbean_server.rss() - base < 64 << 20
-    with Client(fastbean_server.port) as c:            # others don't notice
+    with fastbean_server.client() as c:            # others don't notice
         assert c.put(b"still here") >= 1
         assert c.stats()["current-connections"] == 2
     slow.close()
     deadline = time.monotonic() + 5
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         while c.stats()["current-connections"] != 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -84,7 +82,7 @@ def test_memory_of_a_drained_backlog_goes_back(fastbean_server):
     body = b"b" * 60000
     keep = b"put 0 0 60 1000\r\n%s\r\n" % (b"k" * 1000)
     rounds = 20
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         for _r in range(rounds):                  # 20 x 100 big jobs: ~120 MB
             c.send(b"use default\r\n" + b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body) * 100
                    + b"use keep\r\n" + keep)
@@ -124,7 +122,7 @@ def test_clients_vanishing_mid_body_leak_nothing(fastbean_server):
         k = socket.create_connection(("127.0.0.1", fastbean_server.port))
         k.sendall(b"put 0 0 10 5\r\nhello\r\nreserve\r\nstats\r\n" * 20)
         k.close()
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         _wait_until_alone(c)
         st = c.stats()
         jobs = st["current-jobs-ready"]
@@ -161,7 +159,7 @@ def test_big_bodies_split_anywhere_arrive_intact(server):
     sizes = [100, 4093, 4094, 4095, 5000, 16384, 300, 65535, 1, 20000, 16384, 4094, 7]
     bad = {6, 10}                       # these end in "XY" instead of CRLF
     next_id = 1
-    with Client(server.port, timeout=30) as c:
+    with server.client(30) as c:
         for _ in range(3):
             stream, expect, sent = [], [], {}
             for i, n in enumerate(sizes):
@@ -192,7 +190,7 @@ def test_clients_vanishing_mid_big_body_leak_nothing(fastbean_server):
         assert k.recv(100).startswith(b"INSERTED")
         k.sendall(put[:cut])
         k.close()
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         _wait_until_alone(c)
         st = c.stats()
         assert st["current-jobs-ready"] == 10
@@ -207,7 +205,7 @@ def test_clients_vanishing_mid_big_body_leak_nothing(fastbean_server):
 
 @pytest.mark.parametrize("fastbean_server", [("--max-connections", "5")], indirect=True)
 def test_connection_limit(fastbean_server):
-    held = [Client(fastbean_server.port) for _ in range(5)]
+    held = [fastbean_server.client() for _ in range(5)]
     for c in held:
         assert c.cmd(b"list-tube-used") == b"USING default"
     extra = socket.create_connection(("127.0.0.1", fastbean_server.port))
@@ -217,7 +215,7 @@ def test_connection_limit(fastbean_server):
     held.pop().close()
     deadline = time.monotonic() + 5
     while True:
-        c = Client(fastbean_server.port)
+        c = fastbean_server.client()
         try:
             if c.cmd(b"list-tube-used") == b"USING default":
                 break
@@ -229,7 +227,7 @@ def test_connection_limit(fastbean_server):
     c.close()
     for c in held:
         c.close()
-    assert b"connection limit (5) reached" in fastbean_server.log
+    assert "connection limit (5) reached" in fastbean_server.log
 
 
 def test_many_idle_connections_and_tubes(fastbean_server):
@@ -239,7 +237,7 @@ def test_many_idle_connections_and_tubes(fastbean_server):
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     n = min(2000, want - 100)
     idle = [socket.create_connection(("127.0.0.1", fastbean_server.port)) for _ in range(n)]
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         for t in range(2000):
             c.send(b"use t%d\r\nput 0 3600 60 1\r\nx\r\n" % t)
         for t in range(2000):
@@ -257,12 +255,12 @@ def test_many_idle_connections_and_tubes(fastbean_server):
 
 
 def test_pipelined_flood_is_answered_in_order(fastbean_server):
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         n = 100000
         c.send(b"".join(b"put 0 0 60 2\r\n%02d\r\n" % (i % 100) for i in range(n)))
         for i in range(n):
             assert c.line() == b"INSERTED %d" % (i + 1)
-        with Client(fastbean_server.port) as other:
+        with fastbean_server.client() as other:
             assert other.cmd(b"list-tube-used") == b"USING default"
         c.send(b"kick 100\r\n" + b"delete %d\r\n" % n)
         assert c.line() == b"KICKED 0"
@@ -286,15 +284,15 @@ def test_random_bytes_and_huge_sizes_get_protocol_answers(fastbean_server):
             pass
     for k in junk:
         k.close()
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         # a declared size far beyond -z: JOB_TOO_BIG once the bytes are swallowed
         c.send(b"put 0 0 10 70000\r\n" + b"z" * 70002)
         assert c.line() == b"JOB_TOO_BIG"
         c.send(b"put 0 0 10 4294967295\r\n")
         c.send(b"y" * 100000)          # swallowing goes on, nothing is allocated for it
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         assert c.yaml(b"fastbean-stats")["memory-used"] == 0
-    with Client(fastbean_server.port) as c:
+    with fastbean_server.client() as c:
         assert c.cmd(b"x" * 500) == b"BAD_FORMAT"
         assert c.cmd(b"\0") == b"BAD_FORMAT"
         j = c.put(b"fine")

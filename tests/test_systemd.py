@@ -6,13 +6,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.servers import Client, fastbean_cmd, free_port
+from tests.servers import Server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,76 +63,70 @@ class Manager:
         return out
 
 
-def spawn(manager, port, env=None, pid_vars=()):
+class Notifying(Server):
     """fastbean with NOTIFY_SOCKET; pid_vars are set to its own pid, as systemd
     sets WATCHDOG_PID (a wrapper sets them, then execs the server)."""
-    env = dict(os.environ, NOTIFY_SOCKET=manager.address, **(env or {}))
-    argv = fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)]
-    code = ("import os, sys\n"
-            "for var in sys.argv[1].split(','):\n"
-            "    if var: os.environ[var] = str(os.getpid())\n"
-            "os.execvp(sys.argv[2], sys.argv[2:])\n")
-    return subprocess.Popen([sys.executable, "-c", code, ",".join(pid_vars)] + argv, env=env,
-                            stderr=tempfile.TemporaryFile())
+
+    WRAPPER = ("import os, sys\n"
+               "for var in sys.argv[1].split(','):\n"
+               "    if var: os.environ[var] = str(os.getpid())\n"
+               "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+    def __init__(self, manager, env=None, pid_vars=()):
+        super().__init__("fastbean", env=dict(os.environ, NOTIFY_SOCKET=manager.address, **(env or {})))
+        self.pid_vars = pid_vars
+
+    def _program(self):
+        return [sys.executable, "-c", self.WRAPPER, ",".join(self.pid_vars)] + super()._program()
+
+
+def spawn(manager, env=None, pid_vars=()):
+    """A Notifying server, started; the test waits for its READY=1."""
+    return Notifying(manager, env, pid_vars).spawn()
 
 
 def test_ready_status_watchdog_and_stopping_on_an_abstract_socket(tmp_path):
     manager = Manager(tmp_path, abstract=True)
-    port = free_port()
-    p = spawn(manager, port, {"WATCHDOG_USEC": "200000"}, pid_vars=["WATCHDOG_PID"])
+    p = spawn(manager, {"WATCHDOG_USEC": "200000"}, pid_vars=["WATCHDOG_PID"])
     try:
         ready = manager.wait_for("READY=1")
         assert "STATUS=0 jobs, 0 connections" in ready.split("\n")
-        with Client(port) as c:                     # READY=1 came once it serves
+        with p.client() as c:                       # READY=1 came once it serves
             c.put(b"x")
             # STATUS follows the queue (checked once a second, sent when it changed)
             manager.wait_for("STATUS=1 jobs, 1 connections")
         for _ in range(3):                          # a ping every 100 ms
             manager.wait_for("WATCHDOG=1")
-        os.kill(p.pid, signal.SIGUSR1)
+        p.signal(signal.SIGUSR1)
         manager.wait_for("STATUS=1 jobs, 0 connections; draining")
-        p.send_signal(signal.SIGTERM)
+        p.signal(signal.SIGTERM)
         manager.wait_for("STOPPING=1")
         assert p.wait(10) == 0
     finally:
         p.kill()
-        p.wait()
 
 
 def test_no_watchdog_pings_for_another_process(tmp_path):
     manager = Manager(tmp_path)
-    port = free_port()
-    p = spawn(manager, port, {"WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"})
+    p = spawn(manager, {"WATCHDOG_USEC": "100000", "WATCHDOG_PID": "1"})
     try:
         manager.wait_for("READY=1")
         # 10 intervals: a server that pinged would have sent several
         assert not [m for m in manager.drain(1.0) if "WATCHDOG=1" in m]
     finally:
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(10) == 0
+        assert p.stop() == 0
 
 
 def test_without_notify_socket_nothing_is_sent(tmp_path):
     # the same server under a plain shell: no NOTIFY_SOCKET, no errors
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-    p = subprocess.Popen(fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(port)], env=env,
-                         stderr=subprocess.PIPE)
+    p = Server("fastbean", env=env).start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                c = Client(port)
-                break
-            except OSError:
-                assert time.monotonic() < deadline and p.poll() is None
-                time.sleep(0.01)
-        with c:
+        with p.client() as c:
             assert c.cmd(b"list-tube-used") == b"USING default"
     finally:
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(10) == 0
-    assert b"notify" not in p.stderr.read().lower()
+        assert p.stop() == 0
+    assert "notify" not in p.log.lower()
 
 
 def test_units_pass_systemd_analyze_verify(tmp_path):

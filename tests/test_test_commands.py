@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.servers import BEANSTALKD, Client, Server
+from tests.servers import BEANSTALKD, Server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -17,7 +17,7 @@ HOUR = 3600
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Server.start("fastbean", "--testing")
+    s = Server("fastbean", "--testing").start()
     yield s
     s.stop()
 
@@ -25,9 +25,9 @@ def srv():
 @pytest.fixture
 def c(srv):
     # each test starts from an empty server (which fastbean-reset must give)
-    with Client(srv.port) as r:
+    with srv.client() as r:
         assert r.cmd(b"fastbean-reset") == b"RESET"
-    with Client(srv.port) as client:
+    with srv.client() as client:
         yield client
 
 
@@ -53,9 +53,9 @@ TEST_LINES = [b"fastbean-reset", b"fastbean-reset now", b"fastbean-clock-advance
 def test_refused_without_the_flag(kind):
     if kind == "beanstalkd" and not os.path.exists(BEANSTALKD):
         pytest.fail("beanstalkd is required for this differential test")
-    s = Server.start(kind)
+    s = Server(kind).start()
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             j = c.put(b"kept", delay=HOUR)
             for line in TEST_LINES:
                 assert c.cmd(line) == b"UNKNOWN_COMMAND", line
@@ -96,7 +96,7 @@ def test_delay_follows_the_clock(c):
 
 
 def test_advance_wakes_a_waiting_reserve_with_a_delayed_job(srv, c):
-    with Client(srv.port) as w:
+    with srv.client() as w:
         j = c.put(b"x", delay=600)
         w.send(b"reserve\r\n")
         wait_stat(c, "current-waiting", 1)
@@ -105,7 +105,7 @@ def test_advance_wakes_a_waiting_reserve_with_a_delayed_job(srv, c):
 
 
 def test_ttr_follows_the_clock(srv, c):
-    with Client(srv.port) as w:
+    with srv.client() as w:
         j = c.put(b"work", ttr=30)
         assert w.job(b"reserve") == (j, b"work")
         advance(c, 29)
@@ -122,7 +122,7 @@ def test_deadline_soon_follows_the_clock(srv, c):
     j = c.put(b"x", ttr=10)
     assert c.job(b"reserve") == (j, b"x")
     c.send(b"reserve-with-timeout 100\r\n")
-    with Client(srv.port) as o:
+    with srv.client() as o:
         wait_stat(o, "current-waiting", 1)
         advance(o, 8)
         assert o.stats()["current-waiting"] == 1            # not yet inside the last second
@@ -134,7 +134,7 @@ def test_deadline_soon_follows_the_clock(srv, c):
 
 
 def test_reserve_timeout_follows_the_clock(srv, c):
-    with Client(srv.port) as w:
+    with srv.client() as w:
         w.send(b"reserve-with-timeout 60\r\n")
         wait_stat(c, "current-waiting", 1)
         advance(c, 59)
@@ -145,7 +145,7 @@ def test_reserve_timeout_follows_the_clock(srv, c):
 
 
 def test_pause_follows_the_clock(srv, c):
-    with Client(srv.port) as w:
+    with srv.client() as w:
         j = c.put(b"p")
         assert c.cmd(b"pause-tube default %d" % HOUR) == b"PAUSED"
         w.send(b"reserve\r\n")
@@ -174,7 +174,7 @@ def test_fractions_add_up(c):
 
 
 def test_reset_empties_the_server(srv, c):
-    with Client(srv.port) as other, Client(srv.port) as waiter:
+    with srv.client() as other, srv.client() as waiter:
         other.use("jobs")
         ready = other.put(b"r")
         other.put(b"d", delay=HOUR)
@@ -197,7 +197,7 @@ def test_reset_empties_the_server(srv, c):
         assert (st["current-jobs-ready"], st["current-jobs-reserved"], st["current-jobs-delayed"],
                 st["current-jobs-buried"]) == (1, 2, 1, 1)
         os.kill(srv.pid, signal.SIGUSR1)                    # drain mode, too
-        wait_stat(c, "draining", "true")
+        wait_stat(c, "draining", True)
 
         assert c.cmd(b"fastbean-reset") == b"RESET"
         with pytest.raises(ConnectionError):
@@ -207,7 +207,7 @@ def test_reset_empties_the_server(srv, c):
                 gone.cmd(b"list-tube-used")
                 gone.line()
 
-    with Client(srv.port) as fresh:
+    with srv.client() as fresh:
         st = fresh.stats()
         for key, value in st.items():
             if key.startswith(("cmd-", "current-jobs-", "job-timeouts", "total-jobs",
@@ -215,7 +215,7 @@ def test_reset_empties_the_server(srv, c):
                                "binlog-records")):
                 assert value == (1 if key == "cmd-stats" else 0), key      # this stats counts
         assert st["current-connections"] == 1 and st["total-connections"] == 1
-        assert st["current-tubes"] == 1 and st["draining"] == "false"
+        assert st["current-tubes"] == 1 and st["draining"] is False
         assert fresh.cmd(b"list-tubes") == b"OK 14" and fresh.body(14) == b"---\n- default\n"
         tube = fresh.yaml(b"stats-tube default")
         assert tube["pause"] == 0 and tube["total-jobs"] == 0 and tube["cmd-pause-tube"] == 0
@@ -228,18 +228,18 @@ def test_reset_empties_the_server(srv, c):
 
 
 def test_reset_deletes_jobs_from_the_binlog(tmp_path):
-    s = Server.start("fastbean", "--testing", "-b", tmp_path)
+    s = Server("fastbean", "--testing", "-b", tmp_path).start()
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             c.put(b"a")
             c.put(b"b", delay=HOUR)
             c.put(b"kept until reset")
             assert c.cmd(b"fastbean-reset") == b"RESET"
     finally:
         assert s.stop() == 0
-    s = Server.start("fastbean", "-b", tmp_path)
+    s = Server("fastbean", "-b", tmp_path).start()
     try:
-        with Client(s.port) as c:
+        with s.client() as c:
             st = c.stats()
             assert st["current-jobs-ready"] == 0 and st["current-jobs-delayed"] == 0
     finally:

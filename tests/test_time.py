@@ -6,8 +6,6 @@ import time
 
 import pytest
 
-from tests.servers import Client
-
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -19,7 +17,7 @@ def wait_until(pred, timeout=5.0):
 
 
 def test_delayed_job_becomes_ready(server):
-    with Client(server.port) as c:
+    with server.client() as c:
         j = c.put(b"later", delay=1)
         st = c.stats_job(j)
         assert st["state"] == "delayed" and st["delay"] == 1 and st["time-left"] in (0, 1)
@@ -32,7 +30,7 @@ def test_delayed_job_becomes_ready(server):
 
 
 def test_ttr_expiry_returns_the_job(server):
-    with Client(server.port) as c, Client(server.port) as w:
+    with server.client() as c, server.client() as w:
         j = c.put(b"work", ttr=1)
         assert w.job(b"reserve") == (j, b"work")
         time.sleep(1.2)
@@ -48,7 +46,7 @@ def test_ttr_expiry_returns_the_job(server):
 
 
 def test_deadline_soon(server):
-    with Client(server.port) as c:
+    with server.client() as c:
         j = c.put(b"x", ttr=2)
         k = c.put(b"y", ttr=100)
         assert c.job(b"reserve") == (j, b"x")
@@ -62,7 +60,7 @@ def test_deadline_soon(server):
 
 
 def test_waiting_reserve_is_woken_with_deadline_soon(server):
-    with Client(server.port) as c:
+    with server.client() as c:
         j = c.put(b"x", ttr=3)
         assert c.job(b"reserve") == (j, b"x")
         t0 = time.monotonic()
@@ -71,7 +69,7 @@ def test_waiting_reserve_is_woken_with_deadline_soon(server):
 
 
 def test_reserve_with_timeout(server):
-    with Client(server.port) as c, Client(server.port) as other:
+    with server.client() as c, server.client() as other:
         other.watch("default")
         assert c.cmd(b"reserve-with-timeout 0") == b"TIMED_OUT"
         t0 = time.monotonic()
@@ -80,7 +78,7 @@ def test_reserve_with_timeout(server):
 
 
 def test_put_wakes_a_reserve_on_another_connection(server):
-    with Client(server.port) as w, Client(server.port) as p:
+    with server.client() as w, server.client() as p:
         w.send(b"reserve\r\n")
         time.sleep(0.2)
         assert p.stats()["current-waiting"] == 1
@@ -89,7 +87,7 @@ def test_put_wakes_a_reserve_on_another_connection(server):
 
 
 def test_pause_tube(server):
-    with Client(server.port) as c, Client(server.port) as w:
+    with server.client() as c, server.client() as w:
         c.cmd(b"pause-tube default 1", b"PAUSED")
         j = c.put(b"p")
         assert w.cmd(b"reserve-with-timeout 0") == b"TIMED_OUT"
@@ -102,7 +100,7 @@ def test_pause_tube(server):
 
 
 def test_unpause_serves_a_blocked_reserve(server):
-    with Client(server.port) as c, Client(server.port) as w:
+    with server.client() as c, server.client() as w:
         c.cmd(b"pause-tube default 86400", b"PAUSED")
         j = c.put(b"p")
         w.send(b"reserve\r\n")
@@ -113,14 +111,14 @@ def test_unpause_serves_a_blocked_reserve(server):
 
 @pytest.mark.parametrize("how", [b"quit\r\n", None])
 def test_closing_releases_reserved_jobs_at_once(server, how):
-    with Client(server.port) as c:
+    with server.client() as c:
         j = c.put(b"r", ttr=100)
-        w = Client(server.port)
+        w = server.client()
         assert w.job(b"reserve") == (j, b"r")
         if how:
             w.send(how)
         w.close()
-        with Client(server.port) as w2:
+        with server.client() as w2:
             assert w2.job(b"reserve-with-timeout 2") == (j, b"r")
 
 
@@ -146,7 +144,7 @@ def test_ttr_expiry_is_never_lost(fastbean_server):
     stop = threading.Event()
 
     def poll():
-        with Client(fastbean_server.port) as p:
+        with fastbean_server.client() as p:
             while not stop.is_set():
                 p.stats()
                 time.sleep(0.1)
@@ -154,7 +152,7 @@ def test_ttr_expiry_is_never_lost(fastbean_server):
     poller = threading.Thread(target=poll)
     poller.start()
     try:
-        with Client(fastbean_server.port) as c, Client(fastbean_server.port) as w:
+        with fastbean_server.client() as c, fastbean_server.client() as w:
             j = c.put(b"x", ttr=1)
             for round in range(5):
                 assert w.job(b"reserve-job %d" % j) == (j, b"x")

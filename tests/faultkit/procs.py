@@ -7,7 +7,7 @@ import subprocess
 import threading
 import time
 
-from tests.servers import fastbean_cmd, free_port, wait_listening
+from tests.servers import Server
 
 # What a log must never contain: an uncaught exception, a crash of the
 # interpreter or of the compiled engine, a sanitizer's report.
@@ -15,32 +15,23 @@ CRASH_MARKS = ("Traceback", "Segmentation", "Fatal Python error", "AddressSaniti
                "runtime error:", "core dumped")
 
 
-class FastbeanProcess:
+class FastbeanProcess(Server):
     """fastbean -l 127.0.0.1 -p PORT *args, on a port of its own that restarts
-    keep; stderr appended to LOGDIR/NAME.log; env None = the test's."""
+    keep; stderr appended to LOGDIR/NAME.log; env None = the test's.
+
+    It counts as started once its port accepts, as a service manager would see
+    it: a server that then fails (a disk that fails at start-up) is an exit for
+    the Watchdog to see, not a failed start."""
 
     def __init__(self, name, logdir, *args, env=None, port=None, start=True):
-        self.name, self.args, self.env = name, [str(a) for a in args], env
-        self.port = port or free_port()
-        self.logfile = os.path.join(str(logdir), "%s.log" % name)
-        self.proc = None
+        super().__init__("fastbean", *args, port=port, env=env, ready="accept", name=name,
+                         log_path=os.path.join(str(logdir), "%s.log" % name))
+        self.name = name
         if start:
             self.start()
 
     def start(self, timeout=30.0):
-        with open(self.logfile, "ab") as log:
-            self.proc = subprocess.Popen(
-                fastbean_cmd() + ["-l", "127.0.0.1", "-p", str(self.port)] + self.args,
-                stdout=subprocess.DEVNULL, stderr=log, env=self.env)
-        wait_listening(self.port, self.proc, lambda: "%s: %s" % (self.name, self.log()[-3000:]), timeout)
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def log(self):
-        with open(self.logfile, "rb") as f:
-            return f.read().decode(errors="replace")
+        return super().start(timeout)
 
 
 class Watchdog:
