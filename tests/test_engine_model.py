@@ -9,10 +9,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fastbean.engine.core import Core
-from tests.servers import FUZZ, EngineClient
+from tests.servers import FUZZ, EngineClient, parse_dict
 
 TUBES = ["default", "a", "b", "c"]
 URGENT = 1024
+
+
+def document(reply):
+    """The stats document of an `OK <bytes>` reply, as the shared parser reads it."""
+    head, _, rest = reply.partition(b"\r\n")
+    assert head.startswith(b"OK "), reply
+    return parse_dict(rest[:int(head.split()[1])])
 
 
 class ModelJob:
@@ -222,11 +229,11 @@ class EngineVsModel(RuleBasedStateMachine):
         if j is None:
             assert got == b"NOT_FOUND\r\n"
             return
-        fields = dict(line.split(": ", 1) for line in got.decode().split("\n")[1:-2] if ": " in line)
+        fields = document(got)
         assert fields["tube"] == j.tube and fields["state"] == j.state
-        assert int(fields["pri"]) == j.pri and int(fields["reserves"]) == j.reserves
-        assert int(fields["releases"]) == j.releases and int(fields["buries"]) == j.buries
-        assert int(fields["kicks"]) == j.kicks
+        assert fields["pri"] == j.pri and fields["reserves"] == j.reserves
+        assert fields["releases"] == j.releases and fields["buries"] == j.buries
+        assert fields["kicks"] == j.kicks
 
     @rule(i=idx, t=tube)
     def use(self, i, t):
@@ -287,14 +294,13 @@ class EngineVsModel(RuleBasedStateMachine):
     def counts_agree(self):
         if not hasattr(self, "core"):
             return
-        got = self.send(0, b"stats\r\n").decode()
-        stats = dict(line.split(": ", 1) for line in got.split("\n")[1:-1] if ": " in line)
+        stats = document(self.send(0, b"stats\r\n"))
         jobs = self.model.jobs.values()
         for state in ("ready", "reserved", "buried"):
-            assert int(stats["current-jobs-" + state]) == sum(j.state == state for j in jobs)
-        assert int(stats["current-jobs-urgent"]) == sum(
+            assert stats["current-jobs-" + state] == sum(j.state == state for j in jobs)
+        assert stats["current-jobs-urgent"] == sum(
             j.state == "ready" and j.pri < URGENT for j in jobs)
-        assert int(stats["current-tubes"]) == len(self.model.tubes)
+        assert stats["current-tubes"] == len(self.model.tubes)
         assert self.core.current_jobs == len(self.model.jobs)
         assert self.core.check()
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.hanodes import Haproxy, Node, find_primary
 from tests.natscluster import NatsCluster
-from tests.servers import Server, client, fastbean_cmd
+from tests.servers import Server, client, fastbean_cmd, parse_dict
 
 # `make ha-soak` sets this to 50.
 KILLS = int(os.environ.get("FASTBEAN_HA_KILLS", "3"))
@@ -49,12 +49,11 @@ def job_info(client, ids):
             assert client.line() == b"NOT_FOUND"
             continue
         assert reply.startswith(b"OK "), reply
-        doc = client.body(int(reply.split()[1])).decode()
-        fields = dict(line.split(": ", 1) for line in doc.split("\n")[1:] if ": " in line)
+        fields = parse_dict(client.body(int(reply.split()[1])))
         found = client.line()
         assert found.startswith(b"FOUND %d " % i), found
         body = client.body(int(found.split()[2]))
-        out[i] = (fields["tube"], int(fields["pri"]), fields["state"], body)
+        out[i] = (fields["tube"], fields["pri"], fields["state"], body)
     return out
 
 

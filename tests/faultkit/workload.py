@@ -25,13 +25,22 @@ import socket
 import threading
 import time
 
+from fastbean.client import parse_dict
+
 
 class Lost(ConnectionError):
     """The connection closed (or timed out) before the reply."""
 
 
 class Conn:
-    """A blocking beanstalk connection with a buffer that parses without copying."""
+    """A blocking beanstalk connection with a buffer that parses without copying.
+
+    Not the shared fastbean.client.Client, on purpose: every way a reply
+    can fail to come (refused, reset, closed, timed out) is one exception,
+    Lost, which the audited threads retry on and which marks the command as
+    unsure; replies come back raw, for the audit to decide what each proves;
+    and the audit's pipelined peeks of every id (peek_many) parse in place
+    rather than copying the buffer per reply."""
 
     def __init__(self, port, timeout=30.0):
         try:
@@ -94,16 +103,11 @@ class Conn:
         return self.cmd(b"put %d %d %d %d\r\n%s" % (pri, delay, ttr, len(body), body))
 
     def yaml(self, line):
+        """A command answered by OK and a stats document, read by the shared parser."""
         reply = self.cmd(line)
         if not reply.startswith(b"OK "):
             raise AssertionError("%r answered %r" % (line, reply))
-        doc = self.body(int(reply.split()[1])).decode()
-        out = {}
-        for entry in doc.split("\n")[1:]:
-            if ": " in entry:
-                k, v = entry.split(": ", 1)
-                out[k] = int(v) if v.lstrip("-").isdigit() else v
-        return out
+        return parse_dict(self.body(int(reply.split()[1])))
 
     def peek_many(self, ids, chunk=4000):
         """{id: body} of the ids that exist (peek, pipelined)."""
