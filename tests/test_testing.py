@@ -1,13 +1,18 @@
 """fastbean.testing.server: a real server process started from Python, its
-address in every form, stopped by its PID; clear errors when it cannot start."""
+address in every form, stopped, killed and started again by its PID, the
+client it hands out; clear errors when it cannot start."""
 import datetime
 import os
+import signal
 import socket
+import subprocess
+import time
 
 import greenstalk
 import pytest
 
 import fastbean.testing as fbt
+from fastbean.client import NotFound, UnexpectedReply
 from fastbean.errors import FastbeanError, ServerStartError
 
 pytestmark = pytest.mark.timeout(60)
@@ -136,3 +141,86 @@ def test_a_dead_server_is_reported():
     with pytest.raises(FastbeanError, match="not running"):
         srv.reset()
     srv.stop()
+
+
+def test_kill_and_start_again_on_the_same_port_and_binlog(tmp_path):
+    with fbt.server(binlog_dir=tmp_path) as srv:
+        port, first = srv.port, srv.pid
+        with srv.client() as c:
+            jid = c.put(b"survives")
+        assert srv.kill() == -9 and not srv.running and gone(first)
+        assert srv.start() is srv and srv.running
+        assert (srv.port, srv.address) == (port, ("127.0.0.1", port)) and srv.pid != first
+        with srv.client() as c:
+            assert c.peek(jid) == b"survives" and c.stats()["pid"] == srv.pid
+        with pytest.raises(FastbeanError, match="running already"):
+            srv.start()
+    assert srv.log.count("starting, pid") == 2        # both runs' stderr
+    assert srv.stop() == 0
+
+
+def test_a_unix_socket_server_starts_again():
+    with fbt.server(unix_socket=True) as srv:
+        path = srv.unix_socket
+        srv.stop()
+        assert not os.path.exists(path)
+        srv.start()
+        assert srv.unix_socket == path
+        with srv.client() as c:
+            assert c.cmd(b"list-tube-used") == b"USING default"
+
+
+def test_signal_and_wait():
+    srv = fbt.server()
+    try:
+        with srv.client() as c:
+            srv.signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 10
+            while c.stats()["draining"] is not True:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        with pytest.raises(subprocess.TimeoutExpired):
+            srv.wait(0.1)
+        srv.signal(signal.SIGTERM)
+        assert srv.wait(10) == 0 and not srv.running
+        with pytest.raises(FastbeanError, match="not running"):
+            srv.signal(signal.SIGTERM)
+    finally:
+        srv.stop()
+
+
+def test_env_and_log_path(tmp_path):
+    log = tmp_path / "logs" / "server.log"
+    env = dict(os.environ, FASTBEAN_TEST_MARK="env-reached-it")
+    with fbt.server(env=env, log_path=log) as srv:
+        with open("/proc/%d/environ" % srv.pid, "rb") as f:
+            assert b"FASTBEAN_TEST_MARK=env-reached-it\0" in f.read()
+        srv.stop()
+        srv.start()
+    text = log.read_text()
+    assert text.count("starting, pid") == 2 and srv.log == text
+
+
+def test_the_client_and_its_errors():
+    with fbt.server() as srv:
+        with srv.client() as c:
+            assert c.watch("t") == 2
+            c.use("t")
+            jid = c.put(b"hello", pri=5)
+            assert c.peek_state("ready") == (jid, b"hello")
+            assert c.stats_job(jid)["tube"] == "t" and c.stats_tube("t")["current-jobs-ready"] == 1
+            assert c.reserve_job(jid) == (jid, b"hello")
+            with pytest.raises(NotFound):
+                c.peek(jid + 1)
+            with pytest.raises(UnexpectedReply):
+                c.cmd(b"delete %d" % (jid + 1), b"DELETED")
+            c.delete(jid)
+        port = srv.port
+    with pytest.raises(ConnectionError):           # ConnectError: nothing listens there now
+        fbt.Server(port=port).client()
+
+
+def test_free_port():
+    port = fbt.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
