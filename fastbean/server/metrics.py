@@ -108,7 +108,9 @@ def exposition(server):
     """The /metrics document for server, as bytes."""
     core, out = server.core, []
 
-    # Every number `stats` shows, named as the beanstalkd exporter names them.
+    # Every number `stats` shows, named as the beanstalkd exporter names them. Not
+    # fastbean.client.parse_dict: this is the engine's own text, and each value goes
+    # out as written (a number parsed and printed again would change its digits).
     for line in stats_text(core).decode("utf-8", "replace").split("\n")[1:]:
         key, _, value = line.partition(": ")
         if not key or key in SKIPPED_STATS:
