@@ -122,6 +122,7 @@ class Server(testing.Server):
 
     def spawn(self):
         """Start it and return at once (wait_ready() waits for it); returns it."""
+        self._before_start()
         self._spawn()
         return self
 

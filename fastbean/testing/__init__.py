@@ -154,10 +154,7 @@ class Server:
         Again after stop() or kill(), it starts on the same port (or socket) and
         binlog. A free port that another process takes first is replaced by another.
         Raises ServerStartError, with its stderr, if it cannot start."""
-        if self.running:
-            raise FastbeanError("%r is running already" % self)
-        if self._proc is not None:
-            self._release()             # it exited by itself
+        self._before_start()
         logged = self._exit_log
         for attempt in range(BIND_TRIES):
             cmd = self._spawn()
@@ -223,6 +220,12 @@ class Server:
             self._log = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def _before_start(self) -> None:
+        if self.running:
+            raise FastbeanError("%r is running already" % self)
+        if self._proc is not None:
+            self._release()             # it may have exited by itself
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
