@@ -48,7 +48,10 @@ Options:
  -n       (removed in beanstalkd; ignored with a warning)
  -v       print the version and exit
  -V       log more; repeat for more (-VV logs every read and reply)
- -h       print this help and exit
+ -h       print this help (on stderr, as beanstalkd does) and exit
+ --help   print this help on stdout and exit
+ --version
+          print the version on stdout and exit
 
 fastbean's own options:
  --max-memory BYTES      answer put with OUT_OF_MEMORY once the jobs held use BYTES
@@ -191,6 +194,12 @@ def parse_args(argv, warn=log.warning):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
+            if name in ("help", "version"):
+                # GNU's long forms, which beanstalkd lacks: stdout, exit 0
+                if eq:
+                    raise Usage("--%s takes no value" % name)
+                sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
+                return None
             if name == "testing":
                 if eq:
                     raise Usage("--testing takes no value")
