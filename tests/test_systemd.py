@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fastbean.errors import CONFIG_EXITS
 from tests.servers import Client, fastbean_cmd, free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,11 +88,11 @@ def test_ready_status_watchdog_and_stopping_on_an_abstract_socket(tmp_path):
         with Client(port) as c:                     # READY=1 came once it serves
             c.put(b"x")
             # STATUS follows the queue (checked once a second, sent when it changed)
-            manager.wait_for("STATUS=1 jobs, 1 connections")
+            manager.wait_for("STATUS=1 job, 1 connection")
         for _ in range(3):                          # a ping every 100 ms
             manager.wait_for("WATCHDOG=1")
         os.kill(p.pid, signal.SIGUSR1)
-        manager.wait_for("STATUS=1 jobs, 0 connections; draining")
+        manager.wait_for("STATUS=1 job, 0 connections; draining")
         p.send_signal(signal.SIGTERM)
         manager.wait_for("STOPPING=1")
         assert p.wait(10) == 0
@@ -161,7 +162,8 @@ def test_unit_keeps_debian_settings_and_adds_what_debian_lacks():
         "-l", "${BEANSTALKD_LISTEN_ADDR}", "-p", "${BEANSTALKD_LISTEN_PORT}", "$BEANSTALKD_EXTRA",
         "$FASTBEAN_EXTRA"]
     assert lines["Type"] == "notify" and lines["Restart"] == "on-failure"
-    assert "10" in lines["RestartPreventExitStatus"].split()
+    # every configuration error's status, and neither a crash's (1) nor a failing disk's (74)
+    assert sorted(int(x) for x in lines["RestartPreventExitStatus"].split()) == sorted(CONFIG_EXITS)
     assert lines["StateDirectory"] == "fastbean" and lines["User"] == "fastbean"
     assert int(lines["LimitNOFILE"]) >= 65536
     assert lines["ProtectSystem"] == "strict" and lines["NoNewPrivileges"] == "yes"

@@ -133,9 +133,7 @@ class Binlog:
         self.core = core
         self.replayed = yield from self.fileset.replay(core)
         live, resv, used, cap, nfiles = core.wal_status()
-        first = self.fileset.make(resv + FILE_FIRST_RECORD)
-        if first is None:
-            raise BinlogError("cannot create a binlog file in %s" % self.path)
+        first = self.fileset.make(resv + FILE_FIRST_RECORD, first=True)
         core.wal_start(first.seq, first.cap, first.used)
         self.fileset.make_current(first.seq)
         self._durability.start((first.seq, first.used))

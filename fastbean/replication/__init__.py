@@ -38,7 +38,7 @@ import socket
 import time
 import uuid
 
-from fastbean.errors import BinlogError, ReplicationError
+from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
 from fastbean.logs import event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
@@ -143,8 +143,10 @@ class Replicator:
                     self._rebuild(await self._lead())
         except asyncio.CancelledError:
             raise
-        except (ReplicationError, BinlogError) as e:
-            self.server.fatal(str(e))
+        except ReplicationError as e:
+            self.server.fatal(str(e), EXIT_CONFIG)
+        except BinlogError as e:
+            self.server.fatal(str(e), e.status)
         except Exception:
             event(logging.ERROR, "replication-crashed", "replication stopped", exc_info=True)
             self.server.fatal("replication failed")
@@ -343,6 +345,8 @@ class Replicator:
             return True, "ready"
         if self.role is Role.SUSPENDED:
             return False, "suspended: " + (self._why_not or "")
+        if self.role is Role.STARTING:
+            return False, "starting: waiting for NATS at " + self.link.servers
         return False, self.role.value
 
     def stats(self):
