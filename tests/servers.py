@@ -148,9 +148,11 @@ class Server:
 
     @property
     def log(self):
-        """Everything the server wrote to stderr so far."""
-        self._log.seek(0)
-        return self._log.read()
+        """Everything the server wrote to stderr so far. pread: the server
+        writes at the offset it shares with this file object, and a seek
+        here would make its next line overwrite the first ones."""
+        fd = self._log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0)
 
     def cpu(self):
         """User + system CPU seconds used so far."""

@@ -108,8 +108,10 @@ class Server:
         """Everything the server wrote to stderr so far."""
         if self._log is None:
             return self._exit_log or ""
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")
+        # pread, not seek and read: the server writes at the offset it shares
+        # with this file, and a seek would make it overwrite its first lines
+        fd = self._log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM to its PID (SIGKILL after timeout seconds); returns its exit status."""
