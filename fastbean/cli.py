@@ -30,8 +30,6 @@ from fastbean.config import (
 from fastbean.errors import ConfigError
 from fastbean.logs import event
 
-log = logging.getLogger("fastbean")
-
 USAGE = """\
 Use: fastbean [OPTIONS]
 
@@ -216,7 +214,11 @@ def _long_option(opts, name, value):
         opts["max_connections"] = _size(value, "--max-connections")
 
 
-def parse_args(argv, warn=log.warning):
+def _warn(text):
+    event(logging.WARNING, "flag", text)
+
+
+def parse_args(argv, warn=_warn):
     """argv (without the program name) -> Config. Raises ConfigError/Usage;
     returns None when the job is done (-h, -v). Warnings go to warn(text)."""
     opts = {}
@@ -321,11 +323,11 @@ def main(argv=None):
         return e.status
     if config is None:
         for text in warnings:
-            event(logging.WARNING, "flag", text)
+            _warn(text)
         return 0
     logs.setup(config.log_format, config.verbosity)
     for text in warnings:
-        event(logging.WARNING, "flag", text)
+        _warn(text)
     event(logging.INFO, "start", "fastbean %(version)s starting, pid %(pid)d",
           version=__version__, pid=os.getpid())
 

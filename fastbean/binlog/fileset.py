@@ -18,7 +18,7 @@ from fastbean.binlog.files import Directory, File, blocks, user
 from fastbean.binlog.threads import ZeroFill
 from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER
 from fastbean.errors import EXIT_BINLOG_DIR, BinlogError
-from fastbean.logs import event
+from fastbean.logs import counted, event
 
 
 class FileSet:
@@ -63,7 +63,7 @@ class FileSet:
             if reason is not None:
                 dropped += len(data) - end
                 event(logging.WARNING, "replay-dropped",
-                      "binlog.%(file)d: %(reason)s: %(bytes)d bytes after record %(records)d "
+                      "binlog.%(file)d: %(reason)s: " + counted(len(data) - end, "byte") + " after record %(records)d "
                       "not replayed; you may be missing data",
                       file=seq, reason=reason, bytes=len(data) - end, records=records)
             # Count the records, not the file: a file left by a crash is still
@@ -78,9 +78,10 @@ class FileSet:
         seconds = time.monotonic() - t0
         if seqs:
             event(logging.INFO, "replay",
-                  "replayed %(jobs)d jobs from %(files)d binlog files in %(seconds).3f s"
-                  + (", %(dropped_bytes)d bytes dropped" if dropped else "")
-                  + (", %(missing_files)d files missing" if missing else ""),
+                  "replayed " + counted(jobs, "job") + " from " + counted(len(seqs), "binlog file")
+                  + " in %(seconds).3f s"
+                  + (", " + counted(dropped, "byte") + " dropped" if dropped else "")
+                  + (", " + counted(missing, "file") + " missing" if missing else ""),
                   jobs=jobs, files=len(seqs), seconds=round(seconds, 3), dropped_bytes=dropped,
                   missing_files=missing, directory=self.dir.path)
         return len(seqs), jobs, seconds, dropped
@@ -110,7 +111,7 @@ class FileSet:
         if self.failing:
             self.failing = False
             event(logging.WARNING, "binlog-recovered", "binlog files can be made again "
-                  "(%(errors)d errors so far)", errors=self.errors)
+                  "(" + counted(self.errors, "error") + " so far)", errors=self.errors)
         self._ready[seq] = f
         self.next_seq += 1
         return f

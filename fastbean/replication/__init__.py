@@ -39,7 +39,7 @@ import time
 import uuid
 
 from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
-from fastbean.logs import event
+from fastbean.logs import counted, event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
 from fastbean.replication.link import Deposed, Link, Quiet, Unavailable
@@ -211,8 +211,8 @@ class Replicator:
         t0 = time.monotonic()
         jobs = self.log.begin(part, seq)
         self.takeovers += 1
-        event(logging.WARNING, "primary", "replication: %(node)s is the primary: %(jobs)d jobs, stream "
-              "at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
+        event(logging.WARNING, "primary", "replication: %(node)s is the primary: " + counted(jobs, "job")
+              + ", stream at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
               seq=self.log.applied, seconds=time.monotonic() - t0)
         return True
 

@@ -219,7 +219,7 @@ class Server:
         elif self.binlog is not None:
             self.phase = "replaying"
             for done, total in self.binlog.opening(self.core):
-                self.notifier.status("replaying the binlog: %d of %d files" % (done, total))
+                self.notifier.status("replaying the binlog: file %d of %d" % (done, total))
                 self.notifier.extend_start(60)
                 await asyncio.sleep(0)
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
@@ -237,7 +237,8 @@ class Server:
             event(logging.WARNING, "testing", "--testing: fastbean-reset and "
                   "fastbean-clock-advance are on; never use this flag in production")
         if self.config.max_memory:
-            event(logging.INFO, "memory-cap", "memory cap %(max_memory)d bytes: put answers "
+            event(logging.INFO, "memory-cap", "memory cap " + counted(self.config.max_memory, "byte")
+                  + ": put answers "
                   "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
                   max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
