@@ -330,3 +330,17 @@ def test_too_small_nats_cluster_is_named(tmp_path):
     finally:
         assert node.stop() == 0
         cluster.stop()
+
+
+@needs_nats
+def test_job_size_beyond_what_nats_carries_is_refused(tmp_path):
+    from tests.natscluster import NatsCluster
+    cluster = NatsCluster(tmp_path / "nats")
+    try:
+        p = run(fastbean_cmd() + ["-l", "127.0.0.1", "-p", "0", "-z", "8000000", "--replicate", cluster.urls],
+                timeout=60)
+    finally:
+        cluster.stop()
+    assert p.returncode == 78 and "Traceback" not in p.stderr, p.stderr
+    lines = [x for x in p.stderr.splitlines() if "does not fit" in x]
+    assert lines == ["fastbean: -z 8000000 does not fit in a NATS message (max_payload 1048576)"], p.stderr
