@@ -3,7 +3,7 @@ PY     ?= python3
 FUZZ   ?= 40
 ASAN_DIR := build/asan
 
-.PHONY: build test lint fuzz debug asan bench peers wheels ha-soak
+.PHONY: build test lint fuzz debug asan bench peers wheels ha-soak ha-trial
 # Every Python pyenv or PATH has; tools/wheels.py keeps the versions pyproject lists.
 PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
            $(foreach v,9 10 11 12 13 14,$(shell command -v python3.$(v)))
@@ -41,6 +41,11 @@ HA_KILLS ?= 50
 ha-soak: build
 	FASTBEAN_FAULT_ROUNDS=$(FAULT_ROUNDS) $(PY) -m pytest -q -s tests/test_faults.py --timeout 7200
 	FASTBEAN_HA_KILLS=$(HA_KILLS) $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
+
+# High availability on this machine: three NATS servers (nats-server on PATH)
+# and three nodes on loopback, until Ctrl-C; tools/ha_trial.py --help for ARGS.
+ha-trial: build
+	$(PY) tools/ha_trial.py $(ARGS)
 
 # The debug build (invariant checks after every command, sampled once the job table
 # is large; -O0) and the test suite but the wheel build (tests/test_wheel.py),

@@ -5,9 +5,17 @@ FASTBEAN_SANITIZE=1 adds AddressSanitizer and UBSan (run under LD_PRELOAD of lib
 FASTBEAN_WERROR=1 makes every compiler warning an error (make lint).
 """
 import os
+import sys
 
+import setuptools
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+if int(setuptools.__version__.split(".")[0]) < 77:
+    # pyproject.toml's SPDX `license` needs it; an isolated build (pip, build)
+    # gets it from [build-system], an in-place one uses the environment's
+    sys.exit("fastbean needs setuptools 77 or newer to build (this is %s): pip install -e '.[dev]', "
+             "or pip install 'setuptools>=77'" % setuptools.__version__)
 
 DEBUG = os.environ.get("FASTBEAN_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("FASTBEAN_SANITIZE", "") not in ("", "0")

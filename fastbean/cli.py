@@ -30,8 +30,6 @@ from fastbean.config import (
 from fastbean.errors import ConfigError
 from fastbean.logs import event
 
-log = logging.getLogger("fastbean")
-
 USAGE = """\
 Use: fastbean [OPTIONS]
 
@@ -48,7 +46,10 @@ Options:
  -n       (removed in beanstalkd; ignored with a warning)
  -v       print the version and exit
  -V       log more; repeat for more (-VV logs every read and reply)
- -h       print this help and exit
+ -h       print this help (on stderr, as beanstalkd does) and exit
+ --help   print this help on stdout and exit
+ --version
+          print the version on stdout and exit
 
 fastbean's own options:
  --max-memory BYTES      answer put with OUT_OF_MEMORY once the jobs held use BYTES
@@ -89,7 +90,11 @@ SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class Usage(ConfigError):
-    """A usage error: print the message and the usage text, exit 5."""
+    """A usage error: print the message and the usage text, exit 5 (as beanstalkd does)."""
+
+
+class BadValue(ConfigError):
+    """A bad value of one of fastbean's own options: one line, exit 5."""
 
 
 C_SPACE = " \t\n\v\f\r"
@@ -178,7 +183,42 @@ def _name(text, what):
     return text
 
 
-def parse_args(argv, warn=log.warning):
+def _long_option(opts, name, value):
+    """--name value, into opts."""
+    if name == "max-memory":
+        opts["max_memory"] = _bytes_with_suffix(value, "--max-memory")
+    elif name == "busy-poll":
+        usec = _size(value, "--busy-poll")
+        if usec > MAX_BUSY_POLL_US:
+            raise Usage("--busy-poll: at most %d microseconds" % MAX_BUSY_POLL_US)
+        opts["busy_poll_us"] = usec
+    elif name == "metrics":
+        opts["metrics_host"], opts["metrics_port"] = _metrics_address(value)
+    elif name == "metrics-tubes":
+        opts["metrics_tubes"] = _size(value, "--metrics-tubes")
+    elif name == "log-format":
+        if value not in logs.FORMATS:
+            raise Usage("--log-format: text or json, not %s" % value)
+        opts["log_format"] = value
+    elif name == "replicate":
+        opts["replicate"] = _nats_urls(value)
+    elif name == "replicate-stream":
+        opts["replicate_stream"] = _name(value, "--replicate-stream")
+    elif name == "node-name":
+        opts["node_name"] = _name(value, "--node-name")
+    elif name == "lease-ttl":
+        opts["lease_ttl"] = _seconds(value, "--lease-ttl")
+    elif name == "replicate-timeout":
+        opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
+    else:
+        opts["max_connections"] = _size(value, "--max-connections")
+
+
+def _warn(text):
+    event(logging.WARNING, "flag", text)
+
+
+def parse_args(argv, warn=_warn):
     """argv (without the program name) -> Config. Raises ConfigError/Usage;
     returns None when the job is done (-h, -v). Warnings go to warn(text)."""
     opts = {}
@@ -191,6 +231,12 @@ def parse_args(argv, warn=log.warning):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
+            if name in ("help", "version"):
+                # GNU's long forms, which beanstalkd lacks: stdout, exit 0
+                if eq:
+                    raise Usage("--%s takes no value" % name)
+                sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
+                return None
             if name == "testing":
                 if eq:
                     raise Usage("--testing takes no value")
@@ -203,33 +249,10 @@ def parse_args(argv, warn=log.warning):
                     raise Usage("--%s requires an argument" % name)
                 value = args[i]
                 i += 1
-            if name == "max-memory":
-                opts["max_memory"] = _bytes_with_suffix(value, "--max-memory")
-            elif name == "busy-poll":
-                usec = _size(value, "--busy-poll")
-                if usec > MAX_BUSY_POLL_US:
-                    raise Usage("--busy-poll: at most %d microseconds" % MAX_BUSY_POLL_US)
-                opts["busy_poll_us"] = usec
-            elif name == "metrics":
-                opts["metrics_host"], opts["metrics_port"] = _metrics_address(value)
-            elif name == "metrics-tubes":
-                opts["metrics_tubes"] = _size(value, "--metrics-tubes")
-            elif name == "log-format":
-                if value not in logs.FORMATS:
-                    raise Usage("--log-format: text or json, not %s" % value)
-                opts["log_format"] = value
-            elif name == "replicate":
-                opts["replicate"] = _nats_urls(value)
-            elif name == "replicate-stream":
-                opts["replicate_stream"] = _name(value, "--replicate-stream")
-            elif name == "node-name":
-                opts["node_name"] = _name(value, "--node-name")
-            elif name == "lease-ttl":
-                opts["lease_ttl"] = _seconds(value, "--lease-ttl")
-            elif name == "replicate-timeout":
-                opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
-            else:
-                opts["max_connections"] = _size(value, "--max-connections")
+            try:
+                _long_option(opts, name, value)
+            except Usage as e:
+                raise BadValue("%s (fastbean --help lists the options)" % e) from None
             continue
         if not arg.startswith("-") or arg == "-":
             raise Usage("unknown argument: %s" % arg)
@@ -296,15 +319,15 @@ def main(argv=None):
         sys.stderr.write("fastbean: %s\n%s" % (e, USAGE))
         return e.status
     except ConfigError as e:
-        log.error("%s", e)
+        event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
     if config is None:
         for text in warnings:
-            log.warning("%s", text)
+            _warn(text)
         return 0
     logs.setup(config.log_format, config.verbosity)
     for text in warnings:
-        event(logging.WARNING, "flag", text)
+        _warn(text)
     event(logging.INFO, "start", "fastbean %(version)s starting, pid %(pid)d",
           version=__version__, pid=os.getpid())
 
@@ -316,13 +339,16 @@ def main(argv=None):
         metrics_sock = None
         if config.metrics_port is not None:
             metrics_sock = sockets.open_metrics(config)
+        # asyncio, uvloop, the engine (and nats): after binding, so that
+        # clients can connect meanwhile, and before -u, so that they load
+        # even where the user cannot read the Python installation.
+        from fastbean.server.server import preload, run
+        preload(config)
         if config.user:
             sockets.drop_privileges(config.user)
     except ConfigError as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
-
-    from fastbean.server.server import run  # asyncio, uvloop and the engine: after binding
     return run(config, listeners, metrics_sock)
 
 

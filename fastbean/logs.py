@@ -25,6 +25,11 @@ def event(level, name, text, exc_info=None, **fields):
         log.log(level, text, extra={"event": name}, exc_info=exc_info)
 
 
+def counted(n, noun, nouns=None):
+    """`1 job`, `0 jobs`, `2 jobs`: a count and its noun, in good English."""
+    return "%d %s" % (n, noun if n == 1 else nouns or noun + "s")
+
+
 def level_for(verbosity):
     """The default level shows every event; -V adds connections, -VV every read and reply."""
     return logging.DEBUG if verbosity else logging.INFO

@@ -6,10 +6,15 @@ import socket
 import stat
 
 from fastbean.config import BACKLOG, DEFAULT_PORT
-from fastbean.errors import ConfigError
+from fastbean.errors import EXIT_LISTEN, EXIT_NO_USER, EXIT_SETUID, ConfigError
 from fastbean.logs import event
 
 SD_LISTEN_FDS_START = 3
+HINTS = {
+    errno.EADDRINUSE: "; is another server listening there?",
+    errno.EACCES: "; ports below 1024 need root or CAP_NET_BIND_SERVICE",
+    errno.EADDRNOTAVAIL: "; no interface of this machine has that address",
+}
 UNIX_PATH_MAX = 107
 
 
@@ -51,23 +56,23 @@ def _inherited(config):
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as e:
-        raise ConfigError("inherited fd %d is not a socket: %s" % (SD_LISTEN_FDS_START, e), 111) from None
+        raise ConfigError("inherited fd %d is not a socket: %s" % (SD_LISTEN_FDS_START, e), EXIT_LISTEN) from None
     if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-        raise ConfigError("inherited fd %d is not a listening stream socket" % SD_LISTEN_FDS_START, 111)
+        raise ConfigError("inherited fd %d is not a listening stream socket" % SD_LISTEN_FDS_START, EXIT_LISTEN)
     sock.setblocking(False)
     return sock
 
 
 def _unix(path):
     if len(path) > UNIX_PATH_MAX:
-        raise ConfigError("socket path too long: %s" % path, 111)
+        raise ConfigError("socket path too long: %s" % path, EXIT_LISTEN)
     try:
         st = os.stat(path)
     except FileNotFoundError:
         pass
     else:
         if not stat.S_ISSOCK(st.st_mode):
-            raise ConfigError("%s exists and is not a socket" % path, 111)
+            raise ConfigError("%s exists and is not a socket" % path, EXIT_LISTEN)
         event(logging.WARNING, "stale-socket", "removing existing local socket to replace it",
               path=path)
         os.unlink(path)
@@ -77,17 +82,22 @@ def _unix(path):
         sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
-        raise ConfigError("bind %s: %s" % (path, e.strerror), 111) from None
+        raise ConfigError("bind %s: %s" % (path, e.strerror), EXIT_LISTEN) from None
     sock.setblocking(False)
     return sock
 
 
 def _tcp(host, port):
+    if isinstance(port, str) and port.isascii() and port.isdigit() and int(port) > 65535:
+        # getaddrinfo keeps the low 16 bits, in beanstalkd too; a service
+        # file may rely on it, so warn rather than refuse
+        event(logging.WARNING, "port-out-of-range", "-p %(port)s is not a port (1-65535): listening "
+              "on port %(actual)d instead, as beanstalkd does", port=port, actual=int(port) & 0xFFFF)
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM,
                                    0, socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise ConfigError("getaddrinfo(%s, %s): %s" % (host or "*", port, e.strerror), 111) from None
+        raise ConfigError("getaddrinfo(%s, %s): %s" % (host or "*", port, e.strerror), EXIT_LISTEN) from None
     family, type_, proto, _, addr = infos[0]
     sock = socket.socket(family, type_, proto)
     try:
@@ -102,7 +112,9 @@ def _tcp(host, port):
     except OSError as e:
         sock.close()
         code = errno.errorcode.get(e.errno, e.errno)
-        raise ConfigError("bind %s port %s: %s (%s)" % (host or "*", port, e.strerror, code), 111) from None
+        hint = HINTS.get(e.errno, "")
+        raise ConfigError("bind %s port %s: %s (%s)%s" % (host or "*", port, e.strerror, code, hint),
+                          EXIT_LISTEN) from None
     sock.setblocking(False)
     return sock
 
@@ -146,9 +158,9 @@ def drop_privileges(user):
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
-        raise ConfigError("getpwnam(\"%s\"): no such user" % user, 32) from None
+        raise ConfigError("getpwnam(\"%s\"): no such user" % user, EXIT_NO_USER) from None
     try:
         os.setgid(pw.pw_gid)
         os.setuid(pw.pw_uid)
     except OSError as e:
-        raise ConfigError("cannot become %s: %s" % (user, e.strerror), 34) from None
+        raise ConfigError("cannot become %s: %s" % (user, e.strerror), EXIT_SETUID) from None

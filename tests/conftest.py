@@ -7,6 +7,37 @@ import pytest
 
 from tests.servers import KINDS, Server
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def sdist(tmp_path_factory):
+    """The sdist of a copy of this tree, built once a run (test_sdist.py,
+    test_install.py). The copy keeps what a working tree holds besides the
+    sources (the in-place build's .so and generated C), plus the benchmarks'
+    compiled load generator and an object file, which must stay out."""
+    import glob
+    import shutil
+    import sys
+
+    import setuptools
+    work = tmp_path_factory.mktemp("sdist")
+    src = work / "src"
+    shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", ".mypy_cache", ".ruff_cache", ".hypothesis", ".pytest_cache",
+        ".venv", "__pycache__"))
+    (src / "benchmarks" / "build").mkdir(exist_ok=True)
+    shutil.copy(shutil.which("true") or "/bin/true", src / "benchmarks" / "build" / "loadgen")
+    (src / "fastbean" / "engine" / "stray.o").write_bytes(b"\x7fELF")
+    # without isolation where the environment can build it (setuptools >= 77,
+    # the dev extra), so that no download is needed
+    isolation = [] if int(setuptools.__version__.split(".")[0]) < 77 else ["--no-isolation"]
+    p = subprocess.run([sys.executable, "-m", "build", "--sdist", *isolation, "--outdir", str(work), str(src)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (path,) = glob.glob(str(work / "fastbean-*.tar.gz"))
+    return path
+
 
 @pytest.fixture(params=KINDS)
 def server(request):

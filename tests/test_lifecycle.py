@@ -138,6 +138,20 @@ def test_version_and_help_streams():
     assert "-b DIR" in p.stderr and p.stdout == ""
 
 
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_long_help_and_version_go_to_stdout(flag):
+    # GNU's long forms: stdout and status 0 (beanstalkd refuses them with its
+    # usage and 5; -h and -v stay as beanstalkd has them, above)
+    p = subprocess.run(fastbean_cmd() + ["-p", "1", flag], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == ""
+    if flag == "--help":
+        assert p.stdout.startswith("Use: fastbean [OPTIONS]") and "--replicate URLS" in p.stdout
+    else:
+        assert p.stdout.startswith("fastbean ") and len(p.stdout.splitlines()) == 1
+    p = subprocess.run(fastbean_cmd() + [flag + "=yes"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 5 and "takes no value" in p.stderr
+
+
 def _started(kind, argv):
     """(exit status and first stderr line) of a server that refused to start,
     or the stats values the flags set, of one that did."""

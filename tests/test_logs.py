@@ -2,9 +2,11 @@
 and the levels -V selects."""
 import json
 import os
+import re
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -167,9 +169,58 @@ def test_vv_logs_every_read_and_reply():
         c.cmd(b"list-tube-used", b"USING default")
     s.stop()
     text = s.log
-    assert "fastbean: <('127.0.0.1', " in text and "b'put 0 0 60 5120\\r\\n" in text
-    assert "b'list-tube-used\\r\\n'" in text
-    assert "b'INSERTED %d\\r\\n'" % jid in text and "b'USING default\\r\\n'" in text
+    assert "fastbean: < 127.0.0.1:" in text and "'put 0 0 60 5120\\r\\n" in text
+    assert "'list-tube-used\\r\\n'" in text
+    assert "'INSERTED %d\\r\\n'" % jid in text and "'USING default\\r\\n'" in text
+    assert re.search(r"' \(\d{4} bytes\)\n", text)    # a read longer than what is shown
+
+
+def test_json_logs_name_every_event_at_every_verbosity():
+    # -VV with JSON: no line is a bare "message"; each read and reply is an
+    # event with its peer, its size and its bytes
+    s = Server("fastbean", "-VV", "--log-format", "json", "-c").start()
+    with s.client() as c:
+        jid = c.put(b"hello")
+        peer = "127.0.0.1:%d" % c.sock.getsockname()[1]
+    s.stop()
+    events = [json.loads(line) for line in s.log.splitlines()]
+    assert [e for e in events if e["event"] == "message"] == []
+    names = [e["event"] for e in events]
+    assert names[:3] == ["flag", "start", "bind"] and names[-2:] == ["shutdown", "exit"]
+    by = {}
+    for e in events:
+        by.setdefault(e["event"], []).append(e)
+    assert by["flag"][0]["message"] == "-c flag was removed. binlog is always compacted."
+    # (the first connection was start()'s, which asks the server its pid)
+    assert by["accept"][-1]["peer"] == peer and by["close"][-1]["peer"] == peer
+    (read,) = [e for e in by["read"] if e["peer"] == peer]
+    assert read["bytes"] == 21 and read["data"] == "put 0 0 60 5\r\nhello\r\n"
+    (reply,) = [e for e in by["reply"] if e["peer"] == peer]
+    assert reply["data"] == "INSERTED %d\r\n" % jid and reply["level"] == "debug"
+    assert by["shutdown"][0]["message"] == "shutting down on SIGTERM: 0 connections, 1 job"
+
+
+def test_counts_are_in_good_english(tmp_path):
+    s = Server("fastbean", "-b", tmp_path).start()
+    with s.client() as c:
+        c.put(b"one")
+    s.stop()
+    s = Server("fastbean", "-b", tmp_path).start()
+    s.stop()
+    text = s.log
+    assert "fastbean: replayed 1 job from 1 binlog file in " in text, text
+    assert "fastbean: serving 1 job\n" in text
+    assert "fastbean: shutting down on SIGTERM: 0 connections, 1 job\n" in text
+
+
+def test_the_package_logs_only_named_events():
+    # every line goes through fastbean.logs.event (a name and fields), never
+    # through the logger itself, whose JSON would say "event": "message"
+    root = Path(__file__).resolve().parent.parent / "fastbean"
+    bare = re.compile(r"\blog(ger)?\.(debug|info|warning|error|exception|critical|log)\(")
+    found = [(str(p.relative_to(root)), n) for p in root.rglob("*.py") if p.name != "logs.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]
+    assert found == []
 
 
 def test_bad_log_format_is_a_usage_error():

@@ -31,7 +31,7 @@ from fastbean.binlog.fileset import FileSet
 from fastbean.config import DEFAULT_FSYNC_MS
 from fastbean.engine.core import FILE_FIRST_RECORD, id_marker
 from fastbean.errors import BinlogError
-from fastbean.logs import event
+from fastbean.logs import counted, event
 from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
 
 
@@ -125,17 +125,15 @@ class Binlog:
         except OSError as e:
             raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
                               % (seq, end, e.strerror)) from None
-        event(logging.WARNING, "binlog-cut-back", "binlog.%(file)d cut back to %(bytes)d bytes, "
-              "what is known to be on disk; %(removed)d later files removed",
+        event(logging.WARNING, "binlog-cut-back", "binlog.%(file)d cut back to " + counted(end, "byte")
+              + ", what is known to be on disk; " + counted(len(removed), "later file") + " removed",
               file=seq, bytes=end, removed=len(removed))
 
     def _replay(self, core):
         self.core = core
         self.replayed = yield from self.fileset.replay(core)
         live, resv, used, cap, nfiles = core.wal_status()
-        first = self.fileset.make(resv + FILE_FIRST_RECORD)
-        if first is None:
-            raise BinlogError("cannot create a binlog file in %s" % self.path)
+        first = self.fileset.make(resv + FILE_FIRST_RECORD, first=True)
         core.wal_start(first.seq, first.cap, first.used)
         self.fileset.make_current(first.seq)
         self._durability.start((first.seq, first.used))

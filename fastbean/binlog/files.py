@@ -5,12 +5,22 @@ import errno
 import fcntl
 import logging
 import os
+import pwd
 
 from fastbean.engine.core import FILE_HEADER
-from fastbean.errors import BinlogError, BinlogLockedError
+from fastbean.errors import EXIT_BINLOG_DIR, BinlogError, BinlogLockedError
 from fastbean.logs import event
 
 BLOCK = 4096                # files are allocated in whole blocks
+
+
+def user() -> str:
+    """The effective user, as `name (uid N)`."""
+    uid = os.geteuid()
+    try:
+        return "%s (uid %d)" % (pwd.getpwuid(uid).pw_name, uid)
+    except KeyError:
+        return "uid %d" % uid
 
 
 def blocks(n: int) -> int:
@@ -45,24 +55,45 @@ class Directory:
         return os.path.join(self.path, "binlog.%d" % seq)
 
     def lock(self) -> None:
-        """Take DIR/lock, as beanstalkd does: one server per directory."""
+        """Take DIR/lock, as beanstalkd does: one server per directory. A
+        directory that cannot be used (missing, a file, not writable, on a
+        read-only mount, locked) raises a BinlogError of status 10, as
+        beanstalkd exits then."""
         if self._lock_fd >= 0:
             return
-        if not os.path.exists(self.path):
-            raise BinlogError("binlog directory %s does not exist" % self.path)
-        if not os.path.isdir(self.path):
-            raise BinlogError("binlog directory %s is not a directory" % self.path)
         try:
             fd = os.open(os.path.join(self.path, "lock"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            raise BinlogError("cannot use binlog directory %s: %s" % (self.path, e.strerror)) from None
+            raise BinlogError(self._unusable(e.errno or 0, e.strerror or str(e)), EXIT_BINLOG_DIR) from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
             raise BinlogLockedError("failed to lock binlog dir %s: %s (is another server using it?)"
                                     % (self.path, e.strerror)) from None
+        # The lock file may be there already while the directory takes no
+        # new file (another user's, or a read-only mount): say so now, not
+        # once the replay is done.
+        if not os.access(self.path, os.W_OK | os.X_OK, effective_ids=True):
+            os.close(fd)
+            err = errno.EROFS if os.statvfs(self.path).f_flag & os.ST_RDONLY else errno.EACCES
+            raise BinlogError(self._unusable(err, os.strerror(err)), EXIT_BINLOG_DIR)
         self._lock_fd = fd
+
+    def _unusable(self, err: int, strerror: str) -> str:
+        """Why the directory cannot be used, for the one line the server logs."""
+        path = self.path
+        if err == errno.ENOENT:
+            return "binlog directory %s does not exist" % path
+        if err == errno.ENOTDIR:
+            if os.path.exists(path) and not os.path.isdir(path):
+                return "binlog directory %s is not a directory" % path
+            return "binlog directory %s: part of the path is not a directory" % path
+        if err == errno.EROFS:
+            return "binlog directory %s is on a read-only file system" % path
+        if err in (errno.EACCES, errno.EPERM):
+            return "binlog directory %s is not writable by user %s: %s" % (path, user(), strerror)
+        return "cannot use binlog directory %s: %s" % (path, strerror)
 
     def unlock(self) -> None:
         if self._lock_fd >= 0:

@@ -8,16 +8,17 @@ Every file is preallocated (beanstalkd's rule: a full disk refuses a put
 but never a delete). A file the disk cannot give is said once, until the
 disk gives one again (`failing` meanwhile).
 """
+import errno
 import logging
 import os
 import time
 from typing import Dict
 
-from fastbean.binlog.files import Directory, File, blocks
+from fastbean.binlog.files import Directory, File, blocks, user
 from fastbean.binlog.threads import ZeroFill
 from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER
-from fastbean.errors import BinlogError
-from fastbean.logs import event
+from fastbean.errors import EXIT_BINLOG_DIR, BinlogError
+from fastbean.logs import counted, event
 
 
 class FileSet:
@@ -52,13 +53,17 @@ class FileSet:
                       file=seq)
                 missing += 1
                 data = b""
+            except PermissionError as e:
+                # say, files copied from beanstalkd's directory, still its user's
+                raise BinlogError("cannot read %s as user %s: %s" % (self.dir.file_path(seq), user(), e.strerror),
+                                  EXIT_BINLOG_DIR) from None
             except OSError as e:
                 raise BinlogError("cannot read binlog.%d: %s" % (seq, e.strerror)) from None
             records, end, reason = core.replay(data, seq)
             if reason is not None:
                 dropped += len(data) - end
                 event(logging.WARNING, "replay-dropped",
-                      "binlog.%(file)d: %(reason)s: %(bytes)d bytes after record %(records)d "
+                      "binlog.%(file)d: %(reason)s: " + counted(len(data) - end, "byte") + " after record %(records)d "
                       "not replayed; you may be missing data",
                       file=seq, reason=reason, bytes=len(data) - end, records=records)
             # Count the records, not the file: a file left by a crash is still
@@ -73,22 +78,29 @@ class FileSet:
         seconds = time.monotonic() - t0
         if seqs:
             event(logging.INFO, "replay",
-                  "replayed %(jobs)d jobs from %(files)d binlog files in %(seconds).3f s"
-                  + (", %(dropped_bytes)d bytes dropped" if dropped else "")
-                  + (", %(missing_files)d files missing" if missing else ""),
+                  "replayed " + counted(jobs, "job") + " from " + counted(len(seqs), "binlog file")
+                  + " in %(seconds).3f s"
+                  + (", " + counted(dropped, "byte") + " dropped" if dropped else "")
+                  + (", " + counted(missing, "file") + " missing" if missing else ""),
                   jobs=jobs, files=len(seqs), seconds=round(seconds, 3), dropped_bytes=dropped,
                   missing_files=missing, directory=self.dir.path)
         return len(seqs), jobs, seconds, dropped
 
-    def make(self, need, cap=0):
+    def make(self, need, cap=0, first=False):
         """A new preallocated file, binlog.<next_seq>, with its header: room for
         -s bytes of new records beyond `need` (the room kept for the live
-        jobs' deletes), or cap bytes. None when the disk cannot give one."""
+        jobs' deletes), or cap bytes. None when the disk cannot give one;
+        for the first file at start-up, a BinlogError (the server cannot start)."""
         seq = self.next_seq
         cap = blocks(cap or self.max_size + need + len(FILE_HEADER))
         try:
             f = self.dir.make(seq, cap, fill=self._filler is not None)
         except OSError as e:
+            if first:
+                # beanstalkd exits with 1 here too; a full disk may have room after a restart
+                status = EXIT_BINLOG_DIR if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else 1
+                raise BinlogError("cannot create %s (%d bytes): %s"
+                                  % (self.dir.file_path(seq), cap, e.strerror), status) from None
             if not self.failing:        # a full disk fails every attempt: say it once
                 self.failing = True
                 self.errors += 1
@@ -99,7 +111,7 @@ class FileSet:
         if self.failing:
             self.failing = False
             event(logging.WARNING, "binlog-recovered", "binlog files can be made again "
-                  "(%(errors)d errors so far)", errors=self.errors)
+                  "(" + counted(self.errors, "error") + " so far)", errors=self.errors)
         self._ready[seq] = f
         self.next_seq += 1
         return f

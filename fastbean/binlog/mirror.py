@@ -14,7 +14,7 @@ import os
 from fastbean.binlog.durability import Durability
 from fastbean.binlog.files import BLOCK, Directory
 from fastbean.config import DEFAULT_FSYNC_MS
-from fastbean.errors import BinlogError
+from fastbean.errors import EXIT_BINLOG_DIR, BinlogError
 from fastbean.logs import event
 
 MARK = "replicated"     # names the stream a replicated node's directory mirrors
@@ -61,12 +61,12 @@ class Mirror:
         if self.dir.existing() and owner != self.stream:
             raise BinlogError("%s holds a binlog that is not a mirror of stream %s; "
                               "--replicate starts from the stream: give it an empty directory"
-                              % (self.dir.path, self.stream))
+                              % (self.dir.path, self.stream), EXIT_BINLOG_DIR)
         try:
             with open(mark, "w") as f:
                 f.write(self.stream + "\n")
         except OSError as e:
-            raise BinlogError("cannot write %s: %s" % (mark, e.strerror)) from None
+            raise BinlogError("cannot write %s: %s" % (mark, e.strerror), EXIT_BINLOG_DIR) from None
         self.reset()
 
     def reset(self):

@@ -123,8 +123,8 @@ def cmd_clear(args, client):
             _count(clearing.deleted, "job"), _quoted(args.tube)))
         return EXIT_INTERRUPTED
     if clearing.gave_up:
-        _warn("gave up: other clients took %d jobs in a row before they could be deleted"
-              % clearing.streak)
+        _warn("gave up: other clients took %s in a row before they could be deleted"
+              % _count(clearing.streak, "job"))
     left = _left(client.stats_tube(tube))
     text = "deleted %s from tube %s" % (_count(clearing.deleted, "job"), _quoted(args.tube))
     if sum(left.values()):

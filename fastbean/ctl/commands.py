@@ -7,6 +7,7 @@ import sys
 from fastbean.client import NotFound
 from fastbean.ctl import top
 from fastbean.ctl.defaults import EXIT_NOT_FOUND, EXIT_OK, PROG
+from fastbean.ctl.defaults import count as _count
 
 TUBE_COLUMNS = [          # (header, stats-tube key)
     ("TUBE", "name"),
@@ -53,10 +54,6 @@ def table(rows, right_from=None):
 
 def _quoted(tube):
     return "'%s'" % tube
-
-
-def _count(n, noun):
-    return "%d %s%s" % (n, noun, "" if n == 1 else "s")
 
 
 def _no_tube(tube, err):
@@ -148,7 +145,7 @@ def cmd_pause(args, client):
         client.pause_tube(args.tube.encode(), args.seconds)
     except NotFound as e:
         raise _no_tube(args.tube, e) from None
-    _say(args, "paused tube %s for %d seconds" % (_quoted(args.tube), args.seconds)
+    _say(args, "paused tube %s for %s" % (_quoted(args.tube), _count(args.seconds, "second"))
          if args.seconds else "tube %s is not paused any more" % _quoted(args.tube),
          {"tube": args.tube, "seconds": args.seconds})
     return EXIT_OK

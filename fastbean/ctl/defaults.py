@@ -1,4 +1,4 @@
-"""fastbean-ctl's defaults, and the exit statuses it documents."""
+"""fastbean-ctl's defaults, the exit statuses it documents, and how it writes a count."""
 from fastbean.config import DEFAULT_PORT
 
 PROG = "fastbean-ctl"
@@ -22,3 +22,8 @@ EXIT_SERVER_ERROR = 4
 EXIT_PROTOCOL = 5
 EXIT_NOT_EMPTIED = 6
 EXIT_INTERRUPTED = 130
+
+
+def count(n, noun):
+    """`1 job`, `2 jobs`: a count and its noun, in good English."""
+    return "%d %s%s" % (n, noun, "" if n == 1 else "s")

@@ -4,6 +4,7 @@ import json
 import time
 
 from fastbean.client import ClientError
+from fastbean.ctl.defaults import count
 from fastbean.errors import FastbeanError
 
 TUBE_COUNTERS = ("total-jobs", "cmd-delete", "cmd-pause-tube")
@@ -176,9 +177,9 @@ class _View:
         if None not in (rates.get("cmd-reserve"), rates.get("cmd-reserve-with-timeout")):
             reserves = rates["cmd-reserve"] + rates["cmd-reserve-with-timeout"]
         out = [
-            ("fastbean-ctl top  %s  version %s  up %s  %d tubes" % (
+            ("fastbean-ctl top  %s  version %s  up %s  %s" % (
                 self.where, server.get("version", "?"), _duration(server.get("uptime", 0)),
-                len(s["tubes"]) if s else 0), True),
+                count(len(s["tubes"]) if s else 0, "tube")), True),
             ("jobs   ready %s  reserved %s  delayed %s  buried %s  urgent %s" % tuple(
                 _fmt(server.get("current-jobs-" + k))
                 for k in ("ready", "reserved", "delayed", "buried", "urgent")), False),
@@ -221,7 +222,7 @@ class _View:
         hidden = max(0, len(lines) - room)
         footer = "q quit  s sort (%s)  every %gs" % (SORTS[self.sort], self.interval)
         if hidden:
-            footer += "  %d more tubes below" % hidden
+            footer += "  %s below" % count(hidden, "more tube")
         if self.error:
             footer = self.error + "  |  " + footer
         screen.erase()

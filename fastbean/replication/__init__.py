@@ -38,8 +38,8 @@ import socket
 import time
 import uuid
 
-from fastbean.errors import BinlogError, ReplicationError
-from fastbean.logs import event
+from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
+from fastbean.logs import counted, event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
 from fastbean.replication.link import Deposed, Link, Quiet, Unavailable
@@ -139,8 +139,10 @@ class Replicator:
                     self._rebuild(await self._lead())
         except asyncio.CancelledError:
             raise
-        except (ReplicationError, BinlogError) as e:
-            self.server.fatal(str(e))
+        except ReplicationError as e:
+            self.server.fatal(str(e), EXIT_CONFIG)
+        except BinlogError as e:
+            self.server.fatal(str(e), e.status)
         except Exception:
             event(logging.ERROR, "replication-crashed", "replication stopped", exc_info=True)
             self.server.fatal("replication failed")
@@ -205,8 +207,8 @@ class Replicator:
         t0 = time.monotonic()
         jobs = self.log.begin(part, seq)
         self.takeovers += 1
-        event(logging.WARNING, "primary", "replication: %(node)s is the primary: %(jobs)d jobs, stream "
-              "at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
+        event(logging.WARNING, "primary", "replication: %(node)s is the primary: " + counted(jobs, "job")
+              + ", stream at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
               seq=self.log.applied, seconds=time.monotonic() - t0)
         return True
 
@@ -344,6 +346,8 @@ class Replicator:
             return True, "ready"
         if self.role is Role.SUSPENDED:
             return False, "suspended: " + (self._why_not or "")
+        if self.role is Role.STARTING:
+            return False, "starting: waiting for NATS at " + self.link.servers
         return False, self.role.value
 
     def stats(self):

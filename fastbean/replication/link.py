@@ -13,8 +13,9 @@ import time
 
 import nats
 from nats.errors import Error as NatsError
+from nats.errors import NoServersError, StaleConnectionError, UnexpectedEOF
 from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType, StreamConfig
-from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError, ServiceUnavailableError
 
 from fastbean.config import STREAM_REPLICAS
 from fastbean.errors import ReplicationError
@@ -22,6 +23,7 @@ from fastbean.logs import event
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream: Nats-Expected-Last-(Subject-)Sequence did not hold
 NOT_CLUSTERED = 10074        # JetStream: replicas > 1 not supported in non-clustered mode
+NO_PLACEMENT = (10005, 10023)    # JetStream: too few servers (up) for the replicas asked
 PING_INTERVAL = 1            # seconds between the client's pings: a paused server is left
 MAX_OUTSTANDING_PINGS = 3    # after about this many of them
 RECONNECT_WAIT = 0.25
@@ -51,23 +53,30 @@ def why(e):
 
 class Quiet:
     """Logs a failure that repeats once, then at most once a LOG_AGAIN, with how
-    often it happened meanwhile; and says when it stops."""
+    often it happened meanwhile; a failure with another `error` is said at
+    once (once a LOG_AGAIN too), so the reason that lasts is not hidden
+    behind the first one."""
 
     def __init__(self, name, text):
         self.name, self.text = name, text
         self.count = 0
-        self._logged = 0.0
+        self._window = -LOG_AGAIN   # when the errors in _said were first said
+        self._said = set()
 
     def failed(self, level=logging.WARNING, **fields):
         self.count += 1
         now = time.monotonic()
-        if self.count == 1 or now - self._logged >= LOG_AGAIN:
-            self._logged = now
+        if now - self._window >= LOG_AGAIN:
+            self._window, self._said = now, set()
+        error = fields.get("error")
+        if error not in self._said:
+            self._said.add(error)
             event(level, self.name, self.text + (" (%(times)d times so far)" if self.count > 1 else ""),
                   times=self.count, **fields)
 
     def ok(self):
         self.count = 0
+        self._window, self._said = -LOG_AGAIN, set()
 
 
 def _unavailable(e):
@@ -91,9 +100,13 @@ class Link:
         self.js = None
         self.max_payload = 1 << 20
         self._unreachable = Quiet("nats-unreachable", "replication: cannot reach NATS at "
-                                  "%(servers)s: %(error)s; retrying")
+                                  "%(servers)s: %(error)s; serving no client until it can, retrying")
+        self._reconnecting = Quiet("nats-unreachable", "replication: cannot reach NATS at "
+                                   "%(servers)s again: %(error)s; retrying")
+        self._errors = Quiet("nats-error", "replication: NATS: %(error)s")
+        self._closing = False
         self._not_ready = Quiet("jetstream-not-ready", "replication: JetStream at %(servers)s is not "
-                                "ready (%(error)s); retrying")
+                                "ready (%(error)s); serving no client until it is, retrying")
 
     @property
     def servers(self):
@@ -104,14 +117,25 @@ class Link:
     async def connect(self):
         """Connect (trying until NATS answers), then make sure the stream and the
         lease bucket exist. Returns the lease TTL the bucket has."""
+        connected = False
+
         async def on_error(e):
-            event(logging.INFO, "nats-error", "replication: NATS: %(error)s", error=why(e))
+            # The client tries a server every RECONNECT_WAIT s, and says so
+            # here each time: once, then once a LOG_AGAIN.
+            if isinstance(e, (OSError, asyncio.TimeoutError, NoServersError, UnexpectedEOF,
+                              StaleConnectionError)):
+                quiet = self._reconnecting if connected else self._unreachable
+                quiet.failed(servers=self.servers, error=why(e))
+            elif not self._closing:
+                self._errors.failed(logging.INFO, error=why(e))
 
         async def on_disconnect():
-            event(logging.WARNING, "nats-disconnected", "replication: disconnected from NATS; "
-                  "reconnecting to %(servers)s", servers=self.servers)
+            if not self._closing:
+                event(logging.WARNING, "nats-disconnected", "replication: disconnected from NATS; "
+                      "reconnecting to %(servers)s", servers=self.servers)
 
         async def on_reconnect():
+            self._reconnecting.ok()
             event(logging.WARNING, "nats-reconnected", "replication: connected to NATS at %(server)s",
                   server=self.nc.connected_url.netloc)
 
@@ -126,6 +150,7 @@ class Link:
             except (NatsError, OSError, asyncio.TimeoutError) as e:
                 self._unreachable.failed(servers=self.servers, error=why(e))
                 await asyncio.sleep(1.0)
+        connected = True
         self._unreachable.ok()
         event(logging.INFO, "nats-connected", "replication: connected to NATS at %(server)s",
               server=self.nc.connected_url.netloc)
@@ -139,8 +164,20 @@ class Link:
             except Exception as e:
                 if not _unavailable(e):
                     raise
-                self._not_ready.failed(servers=self.servers, error=why(e))
+                self._not_ready.failed(servers=self.servers, error=self._js_why(e))
                 await asyncio.sleep(1.0)
+
+    def _js_why(self, e):
+        # no JetStream answered: say why, if the server said (its INFO names JetStream when on)
+        if isinstance(e, ServiceUnavailableError):
+            if not getattr(self.nc, "_server_info", {}).get("jetstream"):
+                return ("JetStream is off on the NATS server at %s: run nats-server with -js, or "
+                        "a jetstream block in its configuration" % self.nc.connected_url.netloc)
+            return "no JetStream server answered"
+        if isinstance(e, APIError) and e.err_code in NO_PLACEMENT:
+            return ("JetStream cannot place %d copies of the stream (%s): the cluster needs %d "
+                    "JetStream servers up" % (STREAM_REPLICAS, e.description, STREAM_REPLICAS))
+        return why(e)
 
     async def _setup(self):
         try:
@@ -167,6 +204,7 @@ class Link:
         return (await kv.status()).ttl
 
     async def close(self):
+        self._closing = True
         if self.nc is not None:
             try:
                 await asyncio.wait_for(self.nc.close(), 2.0)

@@ -12,7 +12,7 @@ import logging
 
 from fastbean.binlog.mirror import Mirror
 from fastbean.engine.core import FILE_HEADER
-from fastbean.logs import event
+from fastbean.logs import counted, event
 from fastbean.replication.link import Unavailable
 from fastbean.replication.parts import Parts
 from fastbean.replication.publisher import Publisher
@@ -86,9 +86,10 @@ class StreamLog:
             self.mirror.write(data)
         count, end, reason = core.replay(FILE_HEADER + data, part)
         if reason is not None:
+            dropped = len(data) + len(FILE_HEADER) - end
             event(logging.ERROR, "stream-records-dropped", "replication: message %(seq)d: %(reason)s: "
-                  "%(bytes)d bytes after record %(records)d not applied", seq=seq, reason=reason,
-                  bytes=len(data) + len(FILE_HEADER) - end, records=count)
+                  + counted(dropped, "byte") + " after record %(records)d not applied", seq=seq, reason=reason,
+                  bytes=dropped, records=count)
         self.parts.add(part, seq, len(data))
         self.applied = seq
         gone = core.wal_collect()

@@ -5,7 +5,7 @@ is logged once when it is reached and once when it clears."""
 import asyncio
 import logging
 
-from fastbean.logs import event
+from fastbean.logs import counted, event
 
 
 class Connections:
@@ -93,7 +93,7 @@ class MemoryCap:
             if not self._hit:
                 self._hit = True
                 event(logging.WARNING, "memory-cap-reached", "memory cap reached: %(memory_used)d "
-                      "of %(max_memory)d bytes held; put answers OUT_OF_MEMORY",
+                      "of " + counted(self.cap, "byte") + " held; put answers OUT_OF_MEMORY",
                       memory_used=core.mem_used, max_memory=self.cap)
         elif self._hit:
             # Cleared: a second without a refusal, and room again for a job of
@@ -102,6 +102,7 @@ class MemoryCap:
             if core.mem_used + room <= self.cap:
                 self._hit = False
                 event(logging.INFO, "memory-cap-cleared", "memory below the cap again: "
-                      "%(memory_used)d of %(max_memory)d bytes held; %(refused)d puts were refused",
+                      "%(memory_used)d of " + counted(self.cap, "byte") + " held; "
+                      + counted(refused, "put") + (" was" if refused == 1 else " were") + " refused",
                       memory_used=core.mem_used, max_memory=self.cap, refused=refused)
         self._refused_seen = refused

@@ -2,7 +2,26 @@
 import asyncio
 import logging
 
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
+
+TRACE_BYTES = 256           # -VV logs this much of each read and reply
+
+
+def peer_name(peer):
+    """A client's address as people write it: host:port, [v6]:port, or unix."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+    return "unix:" + peer if isinstance(peer, str) and peer else "unix"
+
+
+def _trace(name, peer, data):
+    # -VV: one event per read or reply; the bytes as latin-1 text, which maps
+    # each byte to one character (JSON then shows \r\n, and text logs the repr)
+    shown = bytes(data[:TRACE_BYTES])
+    event(logging.DEBUG, name, ("< " if name == "read" else "> ") + "%(peer)s %(data)r"
+          + (" (%(bytes)d bytes)" if len(data) > TRACE_BYTES else ""),
+          peer=peer, bytes=len(data), data=shown.decode("latin-1"))
 
 
 class ConnProtocol(asyncio.Protocol):
@@ -32,8 +51,8 @@ class ConnProtocol(asyncio.Protocol):
             transport.abort()
             return
         if server.verbosity >= 1:
-            self._peer = transport.get_extra_info("peername")
-            log.debug("accept %s", self._peer)
+            self._peer = peer_name(transport.get_extra_info("peername"))
+            event(logging.DEBUG, "accept", "accept %(peer)s", peer=self._peer)
 
     def eof_received(self):
         self._conn.got_eof()
@@ -42,7 +61,7 @@ class ConnProtocol(asyncio.Protocol):
     def connection_lost(self, exc):
         self._conn.gone()
         if self._server.verbosity >= 1:
-            log.debug("close %s", self._peer)
+            event(logging.DEBUG, "close", "close %(peer)s", peer=self._peer)
         self._server.forget(self)
 
     def pause_writing(self):
@@ -92,18 +111,18 @@ class TracingConnProtocol(ConnProtocol):
         self.data_received = self._traced_data_received
 
     def _traced_data_received(self, data):
-        log.debug("<%s %r", self._peer, bytes(data[:256]))
+        _trace("read", self._peer, data)
         self._conn.feed(data)
 
     def _writers(self, transport):
         write, writelines = transport.write, transport.writelines
 
         def traced_write(data):
-            log.debug(">%s %r", self._peer, data[:256])
+            _trace("reply", self._peer, data)
             write(data)
 
         def traced_writelines(chunks):
-            log.debug(">%s %r", self._peer, b"".join(chunks)[:256])
+            _trace("reply", self._peer, b"".join(chunks))
             writelines(chunks)
 
         return traced_write, traced_writelines

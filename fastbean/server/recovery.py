@@ -9,7 +9,7 @@ import time
 
 from fastbean.config import EXIT_DISK_FAILED, FAILSTOP_LIMIT, FAILSTOP_WINDOW
 from fastbean.errors import BinlogError
-from fastbean.logs import event
+from fastbean.logs import counted, event
 
 
 class Recovery:
@@ -28,7 +28,8 @@ class Recovery:
         now = time.monotonic()
         self._times = [t for t in self._times if now - t < FAILSTOP_WINDOW] + [now]
         if len(self._times) > FAILSTOP_LIMIT:
-            event(logging.ERROR, "fail-stop", "the binlog failed %(failures)d times in %(window)d s: "
+            event(logging.ERROR, "fail-stop", "the binlog failed " + counted(len(self._times), "time")
+                  + " in %(window)d s: "
                   "exiting with status %(status)d, for a supervisor to restart the server",
                   failures=len(self._times), window=FAILSTOP_WINDOW, status=EXIT_DISK_FAILED)
             self.server.set_serving(False)
@@ -49,7 +50,7 @@ class Recovery:
             await self.server.loop.run_in_executor(None, self.server.binlog.repair)
             self.server.reset_core()
             for done, total in self.server.binlog.reopen(self.server.core):
-                self.server.notifier.status("rebuilding from the binlog: %d of %d files" % (done, total))
+                self.server.notifier.status("rebuilding from the binlog: file %d of %d" % (done, total))
                 await asyncio.sleep(0)
         except BinlogError as e:
             event(logging.ERROR, "fail-stop", "%(error)s: exiting with status %(status)d, for a "
@@ -60,5 +61,6 @@ class Recovery:
             return
         self.server.phase = "serving"
         self.server.set_serving(True)
-        event(logging.WARNING, "rebuilt", "rebuilt %(jobs)d jobs from the binlog on disk; serving again",
+        event(logging.WARNING, "rebuilt", "rebuilt " + counted(self.server.core.current_jobs, "job")
+              + " from the binlog on disk; serving again",
               jobs=self.server.core.current_jobs)

@@ -19,7 +19,7 @@ from fastbean.config import (
 )
 from fastbean.engine.core import Core, prefault_arenas, tune_malloc
 from fastbean.errors import BinlogError, BinlogLockedError
-from fastbean.logs import event
+from fastbean.logs import counted, event
 from fastbean.server import busypoll
 from fastbean.server.busypoll import BusyPoll
 from fastbean.server.http import Endpoint
@@ -149,9 +149,9 @@ class Server:
         return self._stopping
 
     def fatal(self, message, status=1):
-        event(logging.ERROR, "fatal", "%(error)s", error=message)
+        event(logging.ERROR, "fatal", "%(error)s", error=message, status=status)
         self._exit_status = status
-        self.stop()
+        self.stop(None)
 
     # -- connections ---------------------------------------------------------
 
@@ -219,7 +219,7 @@ class Server:
         elif self.binlog is not None:
             self.phase = "replaying"
             for done, total in self.binlog.opening(self.core):
-                self.notifier.status("replaying the binlog: %d of %d files" % (done, total))
+                self.notifier.status("replaying the binlog: file %d of %d" % (done, total))
                 self.notifier.extend_start(60)
                 await asyncio.sleep(0)
         cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
@@ -237,7 +237,8 @@ class Server:
             event(logging.WARNING, "testing", "--testing: fastbean-reset and "
                   "fastbean-clock-advance are on; never use this flag in production")
         if self.config.max_memory:
-            event(logging.INFO, "memory-cap", "memory cap %(max_memory)d bytes: put answers "
+            event(logging.INFO, "memory-cap", "memory cap " + counted(self.config.max_memory, "byte")
+                  + ": put answers "
                   "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
                   max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
@@ -245,8 +246,14 @@ class Server:
             self.loop.add_signal_handler(sig, self.stop, sig)
         self.phase = "serving"
         self.notifier.ready(self._status())
-        event(logging.INFO, "ready", "serving %(jobs)d jobs", jobs=self.core.current_jobs,
-              pid=os.getpid(), version=__version__)
+        if self.replicator is not None:
+            # it serves once it is the primary: the replication events say when
+            event(logging.INFO, "ready", "started as a standby of stream %(stream)s, connecting to NATS "
+                  "at %(servers)s", jobs=self.core.current_jobs, pid=os.getpid(), version=__version__,
+                  stream=self.config.replicate_stream, servers=",".join(self.config.replicate))
+        else:
+            event(logging.INFO, "ready", "serving " + counted(self.core.current_jobs, "job"),
+                  jobs=self.core.current_jobs, pid=os.getpid(), version=__version__)
         if self.notifier.enabled or self.config.max_memory:
             self._every(STATUS_INTERVAL, self._check)
 
@@ -271,7 +278,7 @@ class Server:
         self._periodic[slot] = self.loop.call_later(seconds, tick)
 
     def _status(self):
-        text = "%d jobs, %d connections" % (self.core.current_jobs, len(self.connections))
+        text = "%s, %s" % (counted(self.core.current_jobs, "job"), counted(len(self.connections), "connection"))
         ready, why = self.readiness()
         return text if ready else "%s; %s" % (text, why)
 
@@ -288,14 +295,16 @@ class Server:
         self.notifier.status(self._status())
 
     def stop(self, sig=signal.SIGTERM):
+        """Shut down, on signal `sig` (None: after a fatal error)."""
         if not self._stopping:
             self._stopping = True
             self.connections.refuse_new()
             self.phase = "stopping"
             self.notifier.stopping()
-            event(logging.INFO, "shutdown", "shutting down on %(signal)s: %(connections)d "
-                  "connections, %(jobs)d jobs", signal=signal.Signals(sig).name,
-                  connections=len(self.connections), jobs=self.core.current_jobs)
+            name = signal.Signals(sig).name if sig is not None else None
+            event(logging.INFO, "shutdown", ("shutting down on %(signal)s: " if name else "shutting down: ")
+                  + counted(len(self.connections), "connection") + ", " + counted(self.core.current_jobs, "job"),
+                  signal=name, connections=len(self.connections), jobs=self.core.current_jobs)
             self.loop.create_task(self._shutdown())
 
     async def _shutdown(self):
@@ -307,13 +316,24 @@ class Server:
             # the replies still waiting on the stream go out before the connections close
             await self.replicator.finish(SHUTDOWN_GRACE)
         if not await self.connections.close_all(SHUTDOWN_GRACE):
-            event(logging.WARNING, "shutdown-timeout", "%(connections)d connections still "
-                  "open at exit", connections=len(self.connections))
+            event(logging.WARNING, "shutdown-timeout", counted(len(self.connections), "connection")
+                  + " still open at exit", connections=len(self.connections))
         if self.endpoint is not None:       # /readyz said "stopping" until now
             self.endpoint.close()
         if self.binlog is not None:
             self.binlog.close()
         self._stopped.set_result(self._exit_status)
+
+
+def preload(config):
+    """Import what the server will need (uvloop; nats with --replicate) while the
+    process can still read every module: -u comes next."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        pass            # new_event_loop says so
+    if config.replicate:
+        import fastbean.replication  # noqa: F401
 
 
 def run(config, listeners, metrics_sock=None):
@@ -329,11 +349,12 @@ def run(config, listeners, metrics_sock=None):
     try:
         status = loop.run_until_complete(server.serve(listeners, metrics_sock))
     except BinlogLockedError as e:
-        event(logging.ERROR, "binlog-locked", "%(error)s", error=str(e))
-        status = 10
+        event(logging.ERROR, "binlog-locked", "%(error)s", error=str(e), status=e.status)
+        status = e.status
     except BinlogError as e:
-        event(logging.ERROR, "binlog-error", "%(error)s", error=str(e))
-        status = 1
+        # at start-up: the directory cannot be used (10), or the binlog read or grown (1)
+        event(logging.ERROR, "binlog-error", "%(error)s", op="open", error=str(e), status=e.status)
+        status = e.status
     finally:
         loop.close()
         server.notifier.close()

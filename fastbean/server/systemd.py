@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 
-log = logging.getLogger("fastbean")
+from fastbean.logs import event
 
 
 class Notifier:
@@ -38,7 +38,8 @@ class Notifier:
             self._sock.sendto("\n".join(lines).encode(), self.address)
         except OSError as e:
             # The manager went away or its queue is full: nothing to do but say so.
-            log.debug("cannot notify systemd at %s: %s", os.environ.get("NOTIFY_SOCKET"), e)
+            event(logging.DEBUG, "notify-failed", "cannot notify systemd at %(socket)s: %(error)s",
+                  socket=os.environ.get("NOTIFY_SOCKET"), error=str(e))
             return False
         return True
 
@@ -75,7 +76,8 @@ def _address(value):
         return "\0" + value[1:]          # the abstract namespace
     if value.startswith("/"):
         return value
-    log.warning("ignoring NOTIFY_SOCKET=%s: not a path or an abstract socket name", value)
+    event(logging.WARNING, "notify-socket", "ignoring NOTIFY_SOCKET=%(socket)s: not a path or an abstract "
+          "socket name", socket=value)
     return None
 
 
