@@ -1,6 +1,6 @@
 """Exceptions raised by fastbean itself; client mistakes are protocol replies, never these.
 
-The exit statuses, beanstalkd's where it has one (README, "Command line";
+The exit statuses, beanstalkd's where it has one (docs/configuration.md;
 the systemd unit's RestartPreventExitStatus= lists every configuration
 error's, so that systemd does not restart what a restart cannot mend):
 """

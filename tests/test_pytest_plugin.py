@@ -161,7 +161,7 @@ def test_each_test_finds_the_server_empty(pytester, run):
 
 
 def test_readme_example(pytester, run):
-    files = readme_files(open(os.path.join(ROOT, "README.md")).read())
+    files = readme_files(open(os.path.join(ROOT, "docs", "python.md")).read())
     assert set(files) == {"worker.py", "test_worker.py"}
     pytester.makepyfile(**{name[:-3]: body for name, body in files.items()})
     run().assert_outcomes(passed=3)

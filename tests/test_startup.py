@@ -1,6 +1,6 @@
 """Start-up mistakes: each one an operator can make ends in one clear line and a
 documented exit status, never a traceback, with beanstalkd's status where it
-has one (README, "Command line"; the unit's RestartPreventExitStatus= holds
+has one (docs/configuration.md; the unit's RestartPreventExitStatus= holds
 every configuration error's, test_systemd.py checks that)."""
 import fcntl
 import json

@@ -35,8 +35,8 @@ def test_manylinux2014_wheel_from_sdist_for_this_python(tmp_path):
                           "--platform", "manylinux2014_" + MACHINE, sys.executable],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    # the server started from the installed wheel, a greenstalk round trip, the README example
-    assert re.search(r"server \+ greenstalk round trip on uvloop, README example \(\d+ passed", run.stdout), \
+    # the server started from the installed wheel, a greenstalk round trip, the plugin example of docs/python.md
+    assert re.search(r"server \+ greenstalk round trip on uvloop, plugin example \(\d+ passed", run.stdout), \
         run.stdout[-2000:]
 
     (sdist,) = glob.glob(str(out / "fastbean-*.tar.gz"))

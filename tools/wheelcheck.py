@@ -1,11 +1,11 @@
 """Check an installed fastbean wheel from inside its own fresh virtualenv.
 
 Run with that virtualenv's Python, from a directory outside the source tree:
-    python wheelcheck.py README.md
+    python wheelcheck.py docs/python.md
 It checks that fastbean comes from site-packages, that every compiled
 module in it loads and that it has no generated C, that `fastbean -v`
 prints the version, that a server starts on uvloop and a greenstalk client
-puts, reserves and deletes, and that the README's example test passes
+puts, reserves and deletes, and that the pytest plugin example of docs/python.md passes
 under pytest with the plugin loaded through its entry point (no conftest).
 """
 import importlib
@@ -16,12 +16,12 @@ import subprocess
 import sys
 import tempfile
 
-# A README code block whose first line is "# name.py" is that file of the example.
+# A code block of docs/python.md whose first line is "# name.py" is that file of the example.
 EXAMPLE_BLOCK = re.compile(r"```python\n# (\w+\.py)\n(.*?)```", re.S)
 
 
 def readme_files(readme_text):
-    """{file name: source} of the README's example."""
+    """{file name: source} of the pytest plugin example."""
     return {name: body for name, body in EXAMPLE_BLOCK.findall(readme_text)}
 
 
@@ -96,7 +96,7 @@ def main(argv):
         musl = b"/ld-musl-" in f.read(4096)
     libc = "-".join(platform.libc_ver()) if platform.libc_ver()[0] == "glibc" else "musl" if musl else "libc unknown"
     print("fastbean %s on Python %s, %s, %s: %s load, -v, server + greenstalk round trip on uvloop, "
-          "README example (%s): ok" % (version, sys.version.split()[0], platform.machine(), libc,
+          "plugin example (%s): ok" % (version, sys.version.split()[0], platform.machine(), libc,
                                        ", ".join(modules), result))
     return 0
 

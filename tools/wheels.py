@@ -15,8 +15,8 @@ and stripped.
 
 Each wheel is then tried where it runs: installed alone into a fresh
 virtualenv with its dependencies from PyPI and checked there by
-wheelcheck.py (a server on uvloop, a greenstalk round trip, the README's
-plugin example). An x86-64 glibc wheel is tried with the Python that built
+wheelcheck.py (a server on uvloop, a greenstalk round trip, the pytest plugin
+example of docs/python.md). An x86-64 glibc wheel is tried with the Python that built
 it; an aarch64 glibc wheel with Debian's arm64 CPython of its version under
 qemu-user (tools/debroot.py; Debian has 3.9, 3.11, 3.13 and 3.14). A wheel
 no interpreter here can run is reported as not run, with the reason.
@@ -363,7 +363,7 @@ def try_wheel(interp, wheel, work, new_pip=False):
         interp.run([*pip, wheel])
         interp.run([*pip, *CHECK_REQUIRES])
         try:
-            out = interp.run([vpy, CHECK, os.path.join(ROOT, "README.md")], cwd=tmp, capture_output=True,
+            out = interp.run([vpy, CHECK, os.path.join(ROOT, "docs", "python.md")], cwd=tmp, capture_output=True,
                              text=True)
         except subprocess.CalledProcessError as e:
             log(e.stdout + e.stderr)

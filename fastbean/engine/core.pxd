@@ -106,7 +106,7 @@ ctypedef struct JobList:
     Job *tail
 
 # Laid out to be small: a million jobs of 100 bytes cost less than in
-# beanstalkd (README, Benchmarks). Scalars first, packed; the binlog's list
+# beanstalkd (docs/benchmarks.md). Scalars first, packed; the binlog's list
 # link last, because an engine that never logs allocates its jobs without it
 # (JOB_SIZE_NO_WAL in job.pxi): that tail is touched only for jobs a binlog
 # file owns (wal_file != 0). The body follows the struct in the same block
