@@ -66,7 +66,7 @@ fastbean's own options:
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 
-High availability (on NATS JetStream; see the README):
+High availability (on NATS JetStream; see docs/high-availability.md):
  --replicate URLS        replicate every change to a JetStream stream on these NATS
                          servers (comma-separated nats:// URLs); the node is a standby
                          until it holds the lease
@@ -77,6 +77,9 @@ High availability (on NATS JetStream; see the README):
  --replicate-timeout SECONDS
                          how long a change waits for a quorum before the server
                          refuses changes (default: %(replicate_timeout)g)
+
+Documentation: docs/ in fastbean's source distribution (on PyPI, or the git tree),
+starting at docs/index.md; every flag and exit status: docs/configuration.md.
 """ % {"port": DEFAULT_PORT, "max_job_size": DEFAULT_MAX_JOB_SIZE, "binlog_size": DEFAULT_BINLOG_SIZE,
        "busy_poll_us": DEFAULT_BUSY_POLL_US, "metrics_tubes": DEFAULT_METRICS_TUBES,
        "stream": DEFAULT_STREAM, "lease_ttl": DEFAULT_LEASE_TTL,
