@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.servers import Server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,3 +61,20 @@ def test_every_page_is_in_the_site():
     listed = set(re.findall(r"^([\w/-]+)$", index, re.M))
     pages = {str(p.relative_to(DOCS))[:-3] for p in DOCS.rglob("*.md")} - {"index"}
     assert pages <= listed, pages - listed
+
+
+def test_the_quick_start_runs(tmp_path):
+    # the README's first client, as a reader would paste it, against a real server
+    quick = README[README.index("## Quick start"):]
+    (code,) = re.findall(r"```python\n(.*?)```", quick[:quick.index("\n## ", 1)], re.S)
+    server = Server("fastbean").start()
+    try:
+        script = tmp_path / "quick.py"
+        script.write_text(code.replace("11300", str(server.port)))
+        p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == 'sending {"to": "ada@example.com"}\n'
+        with server.client() as c:
+            assert c.stats()["total-jobs"] == 1 and c.stats()["current-jobs-ready"] == 0
+    finally:
+        server.stop()
