@@ -34,13 +34,14 @@ def build_loadgen():
 
 
 def loadgen(port, workload, conns=10, depth=1, body=100, seconds=2.0, total=None, tube=None,
-            delay=None, ttr=None, pri=None, interval_us=None, warmup=None, background=False):
+            delay=None, ttr=None, pri=None, interval_us=None, warmup=None, redis=None, background=False):
     """Run the load generator against 127.0.0.1:port; return its JSON result as a dict
-    (or, with background=True, the Popen whose stdout will hold it)."""
+    (or, with background=True, the Popen whose stdout will hold it). redis: "list" or
+    "stream" to drive a Redis server with that queue pattern instead of beanstalk."""
     cmd = [build_loadgen(), "-p", str(port), "-w", workload, "-c", str(conns), "-d", str(depth),
            "-b", str(body), "-t", str(seconds)]
     for flag, value in (("-n", total), ("-T", tube), ("-D", delay), ("-R", ttr), ("-P", pri),
-                        ("-i", interval_us), ("-W", warmup)):
+                        ("-i", interval_us), ("-W", warmup), ("-r", redis)):
         if value is not None:
             cmd += [flag, str(value)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
