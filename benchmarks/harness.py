@@ -64,6 +64,23 @@ def stats(port, line=b"stats"):
         return c.yaml(line)
 
 
+# A run during which the hypervisor took more than this share of the CPU measured
+# the neighbours as much as the server.
+STEAL_LIMIT = 0.10
+
+
+def cpu_times():
+    """The machine's CPU time so far, /proc/stat's cpu line (in clock ticks)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def steal(before, after):
+    """The share of CPU time stolen between two cpu_times()."""
+    d = [b - a for a, b in zip(before, after)]
+    return d[7] / max(1, sum(d))
+
+
 def machine():
     """A few facts about where the numbers came from."""
     model = ""
