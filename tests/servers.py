@@ -78,7 +78,7 @@ class Server(testing.Server):
 
     kind: "fastbean" (FASTBEAN_CMD, if set, is its command), "beanstalkd" or
     "nullserver". binlog: a directory for -b, or True for a temporary one that
-    cleanup() (or the end of a with block) removes. ready: how start() knows it
+    cleanup() (or the end of a with block) removes; None or False for none. ready: how start() knows it
     is up, "stats" (it answers stats with its own pid) or "accept" (it accepts
     a connection: a standby node, the nullserver, a test of what happens before
     the loop runs). name: what messages call it (default: kind). The other
@@ -91,6 +91,8 @@ class Server(testing.Server):
         self._tmp_binlog = None
         if binlog is True:
             binlog = self._tmp_binlog = tempfile.mkdtemp(prefix="fastbean-test-")
+        elif binlog is False:           # the benchmarks' "binlog=flags is not None"
+            binlog = None
         super().__init__(args, HOST, port, unix_socket, binlog, env=env, log_path=log_path)
         self.kind = kind
         self._name = name or kind
