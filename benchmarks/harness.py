@@ -81,6 +81,13 @@ def steal(before, after):
     return d[7] / max(1, sum(d))
 
 
+def busy_seconds(before, after):
+    """CPU seconds that all CPUs spent working between two cpu_times(): neither idle,
+    nor waiting on I/O, nor stolen (guest time is part of user time already)."""
+    d = [b - a for a, b in zip(before, after)]
+    return (sum(d[:8]) - d[3] - d[4] - d[7]) / os.sysconf("SC_CLK_TCK")
+
+
 def machine():
     """A few facts about where the numbers came from."""
     model = ""

@@ -20,7 +20,9 @@ machine hits all alike. A round's four runs make its ratios; the table shows
 the medians over the rounds and the lowest and highest round. Throughput is in
 transactions per second, latencies are per transaction, server CPU in cores.
 Runs during which the hypervisor stole more than 10% of the CPU (/proc/stat)
-are marked: read those as noise. Results go to a JSON file and a PNG chart.
+are marked, and the CPU that other processes used meanwhile is shown (the
+"others" column, in cores): on a shared machine both make a run noise.
+Results go to a JSON file and a PNG chart.
 """
 import argparse
 import os
@@ -30,7 +32,7 @@ import sys
 import time
 
 from benchmarks.compare import BINLOG, RESULTS, Case, prefill_count, ratio, summarize
-from benchmarks.harness import STEAL_LIMIT, build_loadgen, cpu_times, loadgen, steal, write_results
+from benchmarks.harness import STEAL_LIMIT, build_loadgen, busy_seconds, cpu_times, loadgen, steal, write_results
 from tests.servers import REDIS_SERVER, RedisServer, Server
 
 KINDS = ("fastbean", "beanstalkd", "redis-list", "redis-stream")
@@ -69,8 +71,8 @@ def start(kind, case):
 
 
 def measure(kind, case, seconds, warmup):
-    """One fresh server, one run of the load generator; the result as a dict,
-    with the server's CPU and the machine's CPU steal over the measured run."""
+    """One fresh server, one run of the load generator; the result as a dict, with
+    the server's CPU, the machine's CPU steal and the other processes' CPU over the run."""
     pattern = kind[len("redis-"):] if kind.startswith("redis-") else None
     with start(kind, case) as server:
         conns = max(2, case.conns) if case.workload == "mixed" else case.conns
@@ -81,9 +83,13 @@ def measure(kind, case, seconds, warmup):
         res = loadgen(server.port, case.workload, conns=conns, depth=case.depth, body=case.body,
                       seconds=seconds, warmup=warmup, redis=pattern)
         wall = time.monotonic() - t0
-        res["steal"] = steal(stolen0, cpu_times())
-        res["server_cpu"] = (server.cpu() - cpu0) / wall
+        stolen1 = cpu_times()
+        res["steal"] = steal(stolen0, stolen1)
+        server_cpu = server.cpu() - cpu0
+        res["server_cpu"] = server_cpu / wall
         res["client_cpu"] = res["client_cpu_sec"] / wall
+        # the rest of the machine's work: neighbours competing for the same cores
+        res["others_cpu"] = max(0.0, busy_seconds(stolen0, stolen1) - server_cpu - res["client_cpu_sec"]) / wall
         res["server_rss"] = server.rss()
     return res
 
@@ -113,14 +119,15 @@ def throughput_table(results):
 
 
 def latency_table(results):
-    lines = ["%-34s %-27s %-27s %s" % ("case / Redis AOF", "p50 us f / bs / list / str",
-                                       "p99 us f / bs / list / str", "server cpu f / bs / list / str")]
+    lines = ["%-34s %-27s %-30s %-31s %s" % ("case / Redis AOF", "p50 us f / bs / list / str",
+                                             "p99 us f / bs / list / str", "server cpu f / bs / list / str",
+                                             "others")]
     for r in results:
         s = r["summary"]
-        lines.append("%-34s %-27s %-27s %s" % (
+        lines.append("%-34s %-27s %-30s %-31s %.2f" % (
             r["name"], " / ".join("%.0f" % s[k]["p50_us"] for k in KINDS),
             " / ".join("%.0f" % s[k]["p99_us"] for k in KINDS),
-            " / ".join("%.2f" % s[k]["server_cpu"] for k in KINDS)))
+            " / ".join("%.2f" % s[k]["server_cpu"] for k in KINDS), r["others_cpu"]))
     return "\n".join(lines)
 
 
@@ -192,8 +199,9 @@ def main(argv=None):
                 runs[kind].append(res)
                 noisy = res["steal"] > STEAL_LIMIT
                 stolen += noisy
-                print("[%d/%d] %-34s %-12s %10.0f ops/s  p99 %7.0f us  cpu %.2f%s%s" % (
+                print("[%d/%d] %-34s %-12s %10.0f ops/s  p99 %7.0f us  cpu %.2f  others %.2f%s%s" % (
                     n, total, case_name(case), kind, res["ops_per_sec"], res["p99_us"], res["server_cpu"],
+                    res["others_cpu"],
                     "  STEAL %.0f%%" % (100 * res["steal"]) if noisy else "",
                     "  errors: %d (%s)" % (res["errors"], res["first_error"]) if res["errors"] else ""),
                     file=sys.stderr, flush=True)
@@ -203,6 +211,7 @@ def main(argv=None):
             "ratios": {o: spread(round_ratios(runs, o)) for o in OTHERS},
             "p99_ratios": {o: spread(round_ratios(runs, o, "p99_us")) for o in OTHERS},
             "steal_runs": sum(r["steal"] > STEAL_LIMIT for v in runs.values() for r in v),
+            "others_cpu": statistics.median(r["others_cpu"] for v in runs.values() for r in v),
         })
 
     print()
