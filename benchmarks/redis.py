@@ -103,19 +103,22 @@ def spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def spread_cell(sp):
+    return "%5.2fx (%.2f-%.2f)" % (sp["median"], sp["min"], sp["max"])
+
+
 def throughput_table(results):
     lines = ["%-34s %9s %9s %9s %9s  %-20s %-20s %-20s" % (
         "case / Redis AOF", "fastbean", "beanstalk", "list", "stream",
         "f/list (lo-hi)", "f/stream (lo-hi)", "f/beanstalkd (lo-hi)")]
     for r in results:
         s, rt = r["summary"], r["ratios"]
-        cells = ["%5.2fx (%.2f-%.2f)" % (rt[o]["median"], rt[o]["min"], rt[o]["max"])
-                 for o in ("redis-list", "redis-stream", "beanstalkd")]
+        cells = [spread_cell(rt[o]) for o in ("redis-list", "redis-stream", "beanstalkd")]
         marks = ("  ERRORS" if any(s[k]["errors"] for k in KINDS) else "") + \
             ("  STEAL" if r["steal_runs"] else "")
         lines.append("%-34s %9.0f %9.0f %9.0f %9.0f  %-20s %-20s %-20s%s" % (
             r["name"], *(s[k]["ops_per_sec"] for k in KINDS), *cells, marks))
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def latency_table(results):
@@ -128,7 +131,16 @@ def latency_table(results):
             r["name"], " / ".join("%.0f" % s[k]["p50_us"] for k in KINDS),
             " / ".join("%.0f" % s[k]["p99_us"] for k in KINDS),
             " / ".join("%.2f" % s[k]["server_cpu"] for k in KINDS), r["others_cpu"]))
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def p99_table(results):
+    lines = ["%-34s %-20s %-20s %-20s" % ("case / Redis AOF", "f/list (lo-hi)", "f/stream (lo-hi)",
+                                          "f/beanstalkd (lo-hi)")]
+    for r in results:
+        lines.append("%-34s %-20s %-20s %-20s" % (r["name"], *(
+            spread_cell(r["p99_ratios"][o]) for o in ("redis-list", "redis-stream", "beanstalkd"))))
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def chart(results, path):
@@ -220,6 +232,9 @@ def main(argv=None):
     print(throughput_table(results))
     print()
     print(latency_table(results))
+    print()
+    print("p99 latency, fastbean / each (below 1: a shorter tail), median (lowest-highest round)")
+    print(p99_table(results))
     if stolen:
         print("\n%d of %d runs had more than %d%% CPU steal (cases marked STEAL): read them as noise"
               % (stolen, total, 100 * STEAL_LIMIT))
