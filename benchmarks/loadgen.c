@@ -393,7 +393,7 @@ static int on_resp_replies(Conn *c, uint64_t now)
         } else if (st == ST_ACK) {
             if (failed || r.type != ':' || r.integer != 1) {
                 resp_error(&r, p);
-                c->fifo_st[c->qhead] = ST_DISCARD;      /* its XDEL, written with it */
+                if (c->qlen > 0) c->fifo_st[c->qhead] = ST_DISCARD;     /* its XDEL, written with it */
             }
         } else if (st == ST_DISCARD) {
             c->active--;
