@@ -79,8 +79,9 @@ wheels:
 	nice -n 10 $(PY) tools/wheels.py --out dist $(foreach v,$(DEBIAN_PYTHONS),--debian $(v)) \
 	    $(foreach v,$(MUSL_PYTHONS),--musl $(v)) $(PYTHONS)
 
-bench:                ## every benchmark, one after the other (about 40 minutes)
+bench:                ## every benchmark, one after the other (about 45 minutes)
 	$(PY) -m benchmarks.compare
+	$(PY) -m benchmarks.redis
 	$(PY) -m benchmarks.ceiling
 	$(PY) -m benchmarks.durability
 	$(PY) -m benchmarks.memory

@@ -35,10 +35,8 @@ import time
 import urllib.request
 
 from benchmarks.compare import RESULTS
-from benchmarks.harness import finish, loadgen, write_results
+from benchmarks.harness import STEAL_LIMIT, cpu_times, finish, loadgen, steal, write_results
 from tests.servers import Server, client, free_port
-
-STEAL_LIMIT = 0.10
 
 
 def fsync_latency(directory, count=400, record=2048):
@@ -60,16 +58,6 @@ def fsync_latency(directory, count=400, record=2048):
     finally:
         os.close(fd)
         os.unlink(path)
-
-
-def cpu_times():
-    with open("/proc/stat") as f:
-        return [int(x) for x in f.readline().split()[1:]]
-
-
-def steal(before, after):
-    d = [b - a for a, b in zip(before, after)]
-    return d[7] / max(1, sum(d))
 
 
 def thread_cpu(pid):

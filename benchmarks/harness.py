@@ -34,13 +34,14 @@ def build_loadgen():
 
 
 def loadgen(port, workload, conns=10, depth=1, body=100, seconds=2.0, total=None, tube=None,
-            delay=None, ttr=None, pri=None, interval_us=None, warmup=None, background=False):
+            delay=None, ttr=None, pri=None, interval_us=None, warmup=None, redis=None, background=False):
     """Run the load generator against 127.0.0.1:port; return its JSON result as a dict
-    (or, with background=True, the Popen whose stdout will hold it)."""
+    (or, with background=True, the Popen whose stdout will hold it). redis: "list" or
+    "stream" to drive a Redis server with that queue pattern instead of beanstalk."""
     cmd = [build_loadgen(), "-p", str(port), "-w", workload, "-c", str(conns), "-d", str(depth),
            "-b", str(body), "-t", str(seconds)]
     for flag, value in (("-n", total), ("-T", tube), ("-D", delay), ("-R", ttr), ("-P", pri),
-                        ("-i", interval_us), ("-W", warmup)):
+                        ("-i", interval_us), ("-W", warmup), ("-r", redis)):
         if value is not None:
             cmd += [flag, str(value)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
@@ -61,6 +62,30 @@ def stats(port, line=b"stats"):
     """stats (or stats-tube NAME) as a dict."""
     with client(port, 60.0) as c:
         return c.yaml(line)
+
+
+# A run during which the hypervisor took more than this share of the CPU measured
+# the neighbours as much as the server.
+STEAL_LIMIT = 0.10
+
+
+def cpu_times():
+    """The machine's CPU time so far, /proc/stat's cpu line (in clock ticks)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def steal(before, after):
+    """The share of CPU time stolen between two cpu_times()."""
+    d = [b - a for a, b in zip(before, after)]
+    return d[7] / max(1, sum(d))
+
+
+def busy_seconds(before, after):
+    """CPU seconds that all CPUs spent working between two cpu_times(): neither idle,
+    nor waiting on I/O, nor stolen (guest time is part of user time already)."""
+    d = [b - a for a, b in zip(before, after)]
+    return (sum(d[:8]) - d[3] - d[4] - d[7]) / os.sysconf("SC_CLK_TCK")
 
 
 def machine():

@@ -5,7 +5,9 @@ Server is fastbean.testing.Server (started and stopped by its PID, ready once
 it answers stats with its own pid, a free port that another process takes
 first replaced by another) plus what only this suite needs: beanstalkd and the
 benchmarks' nullserver beside fastbean, FASTBEAN_CMD to wrap fastbean, a
-temporary binlog, and its CPU and RSS from /proc. Client is
+temporary binlog, and its CPU and RSS from /proc. RedisServer is a
+redis-server, for the benchmarks against Redis, and redis_call() one command
+to it. Client is
 fastbean.client.Client; client(port) connects one to a loopback port.
 EngineClient drives the compiled engine in-process, on a fake transport, with
 no socket at all.
@@ -14,6 +16,7 @@ import os
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,8 +25,9 @@ from fastbean import testing
 from fastbean.client import Client, NotFound, parse_dict
 from fastbean.testing import free_port
 
-__all__ = ["BEANSTALKD", "FUZZ", "HOST", "KINDS", "Client", "EngineClient", "NotFound", "Server", "client",
-           "fastbean_cmd", "free_port", "parse_dict", "wait_listening"]
+__all__ = ["BEANSTALKD", "FUZZ", "HOST", "KINDS", "REDIS_SERVER", "Client", "EngineClient", "NotFound",
+           "RedisServer", "Server", "client", "fastbean_cmd", "free_port", "parse_dict", "redis_call",
+           "wait_listening"]
 
 # `make fuzz` (FASTBEAN_FUZZ=N) multiplies the examples of the randomized tests.
 FUZZ = max(1, int(os.environ.get("FASTBEAN_FUZZ", "1")))
@@ -39,6 +43,8 @@ def beanstalkd_path():
 
 
 BEANSTALKD = beanstalkd_path()
+# Debian's, for the benchmarks against Redis; $REDIS_SERVER for another
+REDIS_SERVER = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def fastbean_cmd():
@@ -72,7 +78,7 @@ class Server(testing.Server):
 
     kind: "fastbean" (FASTBEAN_CMD, if set, is its command), "beanstalkd" or
     "nullserver". binlog: a directory for -b, or True for a temporary one that
-    cleanup() (or the end of a with block) removes. ready: how start() knows it
+    cleanup() (or the end of a with block) removes; None or False for none. ready: how start() knows it
     is up, "stats" (it answers stats with its own pid) or "accept" (it accepts
     a connection: a standby node, the nullserver, a test of what happens before
     the loop runs). name: what messages call it (default: kind). The other
@@ -85,6 +91,8 @@ class Server(testing.Server):
         self._tmp_binlog = None
         if binlog is True:
             binlog = self._tmp_binlog = tempfile.mkdtemp(prefix="fastbean-test-")
+        elif binlog is False:           # the benchmarks' "binlog=flags is not None"
+            binlog = None
         super().__init__(args, HOST, port, unix_socket, binlog, env=env, log_path=log_path)
         self.kind = kind
         self._name = name or kind
@@ -158,14 +166,126 @@ class Server(testing.Server):
 
     def cpu(self):
         """User + system CPU seconds used so far."""
-        with open("/proc/%d/stat" % self.pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return process_cpu(self.pid)
 
     def rss(self):
         """Resident set size in bytes."""
-        with open("/proc/%d/statm" % self.pid) as f:
-            return int(f.read().split()[1]) * PAGE
+        return process_rss(self.pid)
+
+
+def process_cpu(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def process_rss(pid):
+    with open("/proc/%d/statm" % pid) as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class RedisServer:
+    """redis-server on 127.0.0.1 and a free port, not yet started: RedisServer(*args).start().
+    No RDB snapshots; its working directory (an AOF, if args ask for one) and its log are
+    a temporary directory that stop() (or the end of a with block) removes."""
+
+    def __init__(self, *args):
+        self.args = list(args)
+        self.port = self.proc = self.dir = None
+
+    def start(self, timeout=10.0):
+        self.dir = tempfile.mkdtemp(prefix="fastbean-redis-")
+        log = os.path.join(self.dir, "redis.log")
+        for _ in range(3):                  # the free port may be taken before redis binds it
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(self.port), "--bind", HOST, "--save", "", "--dir", self.dir,
+                 "--logfile", log, "--daemonize", "no", *self.args],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            try:
+                wait_listening(self.port, self.proc, lambda: self._log(log), timeout)
+            except RuntimeError:
+                if self.proc.poll() is None:
+                    self.stop()
+                    raise
+                continue
+            # the one listening is this process, not one that took the port first
+            if ("process_id:%d" % self.proc.pid) in redis_call(self.port, "INFO", "server").decode():
+                return self
+            self.proc.kill()
+            self.proc.wait()
+        self.stop()
+        raise RuntimeError("redis-server did not start: %s" % self._log(log))
+
+    @staticmethod
+    def _log(path):
+        try:
+            with open(path) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return "no log"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def cpu(self):
+        """User + system CPU seconds used so far."""
+        return process_cpu(self.pid)
+
+    def rss(self):
+        """Resident set size in bytes."""
+        return process_rss(self.pid)
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+
+def redis_call(port, *args, timeout=10.0):
+    """One command to the Redis server on 127.0.0.1:port; its reply (bytes, int, None, a list;
+    an error reply raises RuntimeError)."""
+    out = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a), a) for a in (x if isinstance(x, bytes) else str(x).encode() for x in args))
+    with socket.create_connection((HOST, port), timeout) as s:
+        s.sendall(out)
+        reader = s.makefile("rb")
+        return _resp_reply(reader)
+
+
+def _resp_reply(reader):
+    line = reader.readline()
+    if not line.endswith(b"\r\n"):
+        raise RuntimeError("connection closed mid-reply")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        raise RuntimeError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    n = int(rest)
+    if n < 0:
+        return None
+    if kind == b"$":
+        return reader.read(n + 2)[:-2]
+    if kind == b"*":
+        return [_resp_reply(reader) for _ in range(n)]
+    raise RuntimeError("not RESP: %r" % line)
 
 
 class EngineClient:
