@@ -25,6 +25,7 @@ from fastbean.config import (
     HANDLED_SIGNALS,
     MAX_BUSY_POLL_US,
     MAX_JOB_SIZE_LIMIT,
+    UNIX,
     Config,
 )
 from fastbean.errors import ConfigError
@@ -62,6 +63,13 @@ fastbean's own options:
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
+ --tls-listen ADDR       also listen for beanstalk clients over TLS on ADDR: HOST:PORT,
+                         [IPV6]:PORT, :PORT (every interface) or unix:PATH; repeatable.
+                         Given alone, no plain listener opens unless -l or -p asks
+                         for it (see docs/tls.md)
+ --tls-cert FILE         the server's certificate chain (PEM) for TLS
+ --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
+ --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 
@@ -84,7 +92,7 @@ High availability (on NATS JetStream; see the README):
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
-                "replicate-timeout")
+                "replicate-timeout", "tls-listen", "tls-cert", "tls-key", "tls-ca")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -146,6 +154,27 @@ def _metrics_address(value):
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise Usage("invalid --metrics address: %s" % value)
     return host, int(port)
+
+
+def _listen_address(value, flag):
+    """HOST:PORT, [IPV6]:PORT, :PORT or unix:PATH -> (host, port) or (UNIX, path);
+    host None is every interface."""
+    if value.startswith("unix:"):
+        if len(value) == 5:
+            raise Usage("%s: no path in %s" % (flag, value))
+        return UNIX, value[5:]
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep or not host:
+            raise Usage("invalid %s address: %s" % (flag, value))
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep or ":" in host:
+            raise Usage("invalid %s address (HOST:PORT, [IPV6]:PORT, :PORT or unix:PATH): %s"
+                        % (flag, value))
+    if not port:
+        raise Usage("invalid %s address: %s" % (flag, value))
+    return host or None, port
 
 
 def _seconds(text, what):
@@ -226,6 +255,10 @@ def parse_args(argv, warn=log.warning):
                 opts["node_name"] = _name(value, "--node-name")
             elif name == "lease-ttl":
                 opts["lease_ttl"] = _seconds(value, "--lease-ttl")
+            elif name == "tls-listen":
+                opts["tls_listen"] = opts.get("tls_listen", ()) + (_listen_address(value, "--tls-listen"),)
+            elif name in ("tls-cert", "tls-key", "tls-ca"):
+                opts[name.replace("-", "_")] = value
             elif name == "replicate-timeout":
                 opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
             else:
@@ -282,6 +315,14 @@ def parse_args(argv, warn=log.warning):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
+    if opts.get("tls_listen") and "tls_cert" not in opts:
+        raise Usage("--tls-listen needs --tls-cert")
+    for flag in ("tls_key", "tls_ca"):
+        if flag in opts and "tls_cert" not in opts:
+            raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
+    # Listeners named by flags of fastbean's own replace the default one;
+    # -l or -p asks for it again.
+    opts["classic_listener"] = not opts.get("tls_listen") or "listen_addr" in opts or "port" in opts
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:
         raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
@@ -312,7 +353,15 @@ def main(argv=None):
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     try:
         sockets.raise_nofile_limit()
+        certificates = None
+        if config.tls_cert is not None:
+            # read before -u drops the rights a private key is usually kept under
+            from fastbean.server.tls import Certificates
+            certificates = Certificates(config.tls_cert, config.tls_key, config.tls_ca)
         listeners = sockets.open_listeners(config)
+        if certificates is not None and not any(tls for _, tls in listeners):
+            raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR, or name "
+                              "an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
         metrics_sock = None
         if config.metrics_port is not None:
             metrics_sock = sockets.open_metrics(config)
@@ -323,7 +372,7 @@ def main(argv=None):
         return e.status
 
     from fastbean.server.server import run  # asyncio, uvloop and the engine: after binding
-    return run(config, listeners, metrics_sock)
+    return run(config, listeners, metrics_sock, certificates)
 
 
 if __name__ == "__main__":

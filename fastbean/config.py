@@ -18,6 +18,8 @@ SHUTDOWN_GRACE = 5.0                   # seconds to finish writing to clients on
 DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host is given
 DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
 DEFAULT_LOG_FORMAT = "text"
+UNIX = "unix:"                         # the host of a UNIX socket address: (UNIX, path)
+TLS_HANDSHAKE_TIMEOUT = 10.0           # seconds a TLS client has to finish its handshake
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
 # Replication (replication/). A NATS server lost takes JetStream a leader
 # election: its raft followers wait 4 to 9 s after the leader's last
@@ -48,6 +50,11 @@ HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
 class Config:
     listen_addr: Optional[str] = None     # -l: None means every interface; "unix:/path"
     port: str = DEFAULT_PORT              # -p: a number or a service name
+    classic_listener: bool = True         # the -l/-p listener; False when only --tls-listen names some
+    tls_listen: tuple = ()                # --tls-listen: (host or None, port) or (UNIX, path) each
+    tls_cert: Optional[str] = None        # --tls-cert: PEM certificate chain
+    tls_key: Optional[str] = None         # --tls-key: PEM private key; None = in the --tls-cert file
+    tls_ca: Optional[str] = None          # --tls-ca: clients need a certificate it signed
     max_job_size: int = DEFAULT_MAX_JOB_SIZE   # -z, bytes of body
     user: Optional[str] = None            # -u: drop privileges to this user after binding
     verbosity: int = 0                    # -V, repeatable
