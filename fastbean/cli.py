@@ -63,10 +63,10 @@ fastbean's own options:
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
- --tls-listen ADDR       also listen for beanstalk clients over TLS on ADDR: HOST:PORT,
-                         [IPV6]:PORT, :PORT (every interface) or unix:PATH; repeatable.
-                         Given alone, no plain listener opens unless -l or -p asks
-                         for it (see docs/tls.md)
+ --listen ADDR           also listen on ADDR: HOST:PORT, [IPV6]:PORT, :PORT (every
+                         interface) or unix:PATH; repeatable. With --listen or
+                         --tls-listen, the -l/-p listener opens only if -l or -p is given
+ --tls-listen ADDR       also listen on ADDR, over TLS (see docs/tls.md); repeatable
  --tls-cert FILE         the server's certificate chain (PEM) for TLS
  --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
  --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
@@ -92,7 +92,7 @@ High availability (on NATS JetStream; see the README):
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
-                "replicate-timeout", "tls-listen", "tls-cert", "tls-key", "tls-ca")
+                "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -255,8 +255,9 @@ def parse_args(argv, warn=log.warning):
                 opts["node_name"] = _name(value, "--node-name")
             elif name == "lease-ttl":
                 opts["lease_ttl"] = _seconds(value, "--lease-ttl")
-            elif name == "tls-listen":
-                opts["tls_listen"] = opts.get("tls_listen", ()) + (_listen_address(value, "--tls-listen"),)
+            elif name in ("listen", "tls-listen"):
+                key = name.replace("-", "_")
+                opts[key] = opts.get(key, ()) + (_listen_address(value, "--" + name),)
             elif name in ("tls-cert", "tls-key", "tls-ca"):
                 opts[name.replace("-", "_")] = value
             elif name == "replicate-timeout":
@@ -322,7 +323,8 @@ def parse_args(argv, warn=log.warning):
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
     # Listeners named by flags of fastbean's own replace the default one;
     # -l or -p asks for it again.
-    opts["classic_listener"] = not opts.get("tls_listen") or "listen_addr" in opts or "port" in opts
+    named = opts.get("listen") or opts.get("tls_listen")
+    opts["classic_listener"] = not named or "listen_addr" in opts or "port" in opts
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:
         raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)

@@ -50,8 +50,9 @@ HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
 class Config:
     listen_addr: Optional[str] = None     # -l: None means every interface; "unix:/path"
     port: str = DEFAULT_PORT              # -p: a number or a service name
-    classic_listener: bool = True         # the -l/-p listener; False when only --tls-listen names some
-    tls_listen: tuple = ()                # --tls-listen: (host or None, port) or (UNIX, path) each
+    classic_listener: bool = True         # the -l/-p listener; False when only --listen/--tls-listen name some
+    listen: tuple = ()                    # --listen: (host or None, port) or (UNIX, path) each
+    tls_listen: tuple = ()                # --tls-listen: the same, for listeners that speak TLS
     tls_cert: Optional[str] = None        # --tls-cert: PEM certificate chain
     tls_key: Optional[str] = None         # --tls-key: PEM private key; None = in the --tls-cert file
     tls_ca: Optional[str] = None          # --tls-ca: clients need a certificate it signed

@@ -55,9 +55,10 @@ def _inherited(config):
     if config.port != DEFAULT_PORT:
         event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: -p "
               "%(ignored)s", ignored=config.port)
-    for host, port in config.tls_listen:
-        event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: "
-              "--tls-listen %(ignored)s", ignored=_written(host, port))
+    for flag, addresses in (("--listen", config.listen), ("--tls-listen", config.tls_listen)):
+        for host, port in addresses:
+            event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: "
+                  "%(flag)s %(ignored)s", flag=flag, ignored=_written(host, port))
     listeners = []
     for i in range(n):
         fd = SD_LISTEN_FDS_START + i
@@ -144,7 +145,7 @@ def _open(host, port):
 
 def open_listeners(config):
     """The listening sockets for config (Listeners): inherited from systemd, or
-    the -l/-p one and one per --tls-listen."""
+    the -l/-p one, one per --listen and one per --tls-listen."""
     listeners = _inherited(config)
     inherited = listeners is not None
     if not inherited:
@@ -155,11 +156,15 @@ def open_listeners(config):
                 listeners.append(Listener(_unix(addr[5:]), False))
             else:
                 listeners.append(Listener(_tcp(addr or None, config.port), False))
-        for host, port in config.tls_listen:
-            try:
-                listeners.append(Listener(_open(host, port), True))
-            except ConfigError as e:
-                raise ConfigError("--tls-listen: %s" % e, e.status) from None
+        for flag, addresses, tls in (("--listen", config.listen, False),
+                                     ("--tls-listen", config.tls_listen, True)):
+            for host, port in addresses:
+                try:
+                    listeners.append(Listener(_open(host, port), tls))
+                except ConfigError as e:
+                    for opened, _ in listeners:
+                        opened.close()
+                    raise ConfigError("%s: %s" % (flag, e), e.status) from None
     for sock, tls in listeners:
         event(logging.INFO, "bind", "listening on %(address)s" + (" (TLS)" if tls else "")
               + (" (socket activation)" if inherited else ""),
