@@ -67,7 +67,7 @@ fastbean's own options:
                          interface) or unix:PATH; repeatable. With --listen or
                          --tls-listen, the -l/-p listener opens only if -l or -p is given
  --tls-listen ADDR       also listen on ADDR, over TLS (see docs/tls.md); repeatable
- --tls-cert FILE         the server's certificate chain (PEM) for TLS
+ --tls-cert FILE         the server's certificate chain (PEM) for TLS; files reloaded on SIGHUP
  --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
  --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes

@@ -40,10 +40,11 @@ STREAM_REPLICAS = 3
 FAILSTOP_LIMIT = 3
 FAILSTOP_WINDOW = 60.0
 EXIT_DISK_FAILED = 74
-# SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
+# SIGUSR1 drains, SIGTERM/SIGINT stop, SIGHUP reloads the TLS certificates
+# (with TLS only: otherwise it ends the process, as it ends beanstalkd). The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
-HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
+HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@ real server processes, real TLS clients (Python's ssl, openssl s_client,
 stunnel in front of greenstalk), certificates made by tests/certs.py."""
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 
 import greenstalk
@@ -355,3 +357,98 @@ def test_the_context_refuses_tls_below_12(pki):
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
     assert context.verify_mode == ssl.CERT_NONE
     assert Certificates(*pki.server, ca=pki.ca.cert).context.verify_mode == ssl.CERT_REQUIRED
+
+
+def served_serial(port, ctx):
+    with tls_connect(port, ctx) as t:
+        der = t.getpeercert(binary_form=True)
+    from cryptography import x509
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_sighup_reloads_the_certificate_and_keeps_connections(pki, tmp_path):
+    from tests.certs import serial_of
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    shutil.copy(pki.server[0], cert)
+    shutil.copy(pki.server[1], key)
+    s = tls_server((cert, key))
+    ctx = client_context(pki.ca.cert)
+    try:
+        assert served_serial(s.tls_port, ctx) == serial_of(pki.server[0])
+        with tls_connect(s.tls_port, ctx) as old:
+            assert ask(old, b"put 0 0 60 3\r\none\r\n") == b"INSERTED 1\r\n"
+            shutil.copy(pki.server2[0], cert)
+            shutil.copy(pki.server2[1], key)
+            s.signal(signal.SIGHUP)
+            wait_for_log(s, "TLS certificate reloaded", 1)
+            # the open connection goes on; a new one gets the new certificate
+            assert ask(old, b"reserve\r\n", b"one\r\n") == b"RESERVED 1 3\r\none\r\n"
+            assert served_serial(s.tls_port, ctx) == serial_of(pki.server2[0])
+            # files that cannot be used leave the last good ones serving
+            with open(key, "w") as f:
+                f.write("garbage\n")
+            s.signal(signal.SIGHUP)
+            wait_for_log(s, "TLS certificates not reloaded", 1)
+            assert served_serial(s.tls_port, ctx) == serial_of(pki.server2[0])
+            shutil.copy(pki.server[1], key)          # the first key, the second certificate
+            s.signal(signal.SIGHUP)
+            wait_for_log(s, "TLS certificates not reloaded", 2)
+            assert served_serial(s.tls_port, ctx) == serial_of(pki.server2[0])
+            assert ask(old, b"delete 1\r\n") == b"DELETED\r\n"
+        assert s.running
+    finally:
+        s.stop()
+
+
+def test_reloads_under_load_drop_nothing(pki, tmp_path):
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    shutil.copy(pki.server[0], cert)
+    shutil.copy(pki.server[1], key)
+    s = tls_server((cert, key))
+    ctx = client_context(pki.ca.cert)
+    errors, done = [], threading.Event()
+
+    def worker(n):
+        try:
+            while not done.is_set():
+                with tls_connect(s.tls_port, ctx) as t:      # new handshakes all along
+                    ask(t, b"use w%d\r\nwatch w%d\r\nignore default\r\n" % (n, n), b"WATCHING 1\r\n")
+                    for _ in range(20):
+                        reply = ask(t, b"put 0 0 60 2\r\nxx\r\n")
+                        job = int(reply.split()[1])
+                        assert ask(t, b"reserve\r\n", b"xx\r\n") == b"RESERVED %d 2\r\nxx\r\n" % job
+                        assert ask(t, b"delete %d\r\n" % job) == b"DELETED\r\n"
+        except Exception as e:     # noqa: BLE001 - reported by the test
+            errors.append((n, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(10):
+            pair = pki.server2 if i % 2 == 0 else pki.server
+            shutil.copy(pair[0], cert)
+            shutil.copy(pair[1], key)
+            s.signal(signal.SIGHUP)
+            wait_for_log(s, "TLS certificate reloaded", i + 1)
+            time.sleep(0.05)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+        s.stop()
+    assert errors == []
+    assert "not reloaded" not in s.log
+
+
+def wait_for_log(server, text, count, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while server.log.count(text) < count:
+        assert time.monotonic() < deadline, server.log
+        time.sleep(0.02)
+
+
+def test_without_tls_sighup_ends_the_server_as_it_ends_beanstalkd():
+    s = Server("fastbean").start()
+    s.signal(signal.SIGHUP)
+    assert s.wait(10) == -signal.SIGHUP

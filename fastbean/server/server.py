@@ -260,6 +260,8 @@ class Server:
                   "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
                   max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        if self.certificates is not None:
+            self.loop.add_signal_handler(signal.SIGHUP, self.certificates.reload)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop, sig)
         self.phase = "serving"

@@ -1,8 +1,15 @@
 """TLS for the listeners: the server's SSLContext, built from --tls-cert,
---tls-key and --tls-ca. One context serves every TLS listener."""
+--tls-key and --tls-ca, and reloaded in place on SIGHUP.
+
+One context serves every TLS listener. A handshake reads the certificate
+the context holds at that moment, so loading new files into it changes what
+new connections see and leaves the open ones alone.
+"""
+import logging
 import ssl
 
 from fastbean.errors import ConfigError
+from fastbean.logs import event
 
 # A certificate or key that cannot be used is a start-up error like an
 # unusable binlog directory: exit status 1.
@@ -42,6 +49,26 @@ class Certificates:
                                   EXIT_BAD_CERTIFICATE) from None
             context.verify_mode = ssl.CERT_REQUIRED
         return context
+
+    def reload(self):
+        """Load the files again (SIGHUP). New handshakes use them; open connections
+        keep theirs. Files that cannot be used leave the old ones serving: True if
+        the new ones were taken."""
+        try:
+            # Built aside first: a key that fails after its certificate loaded
+            # would leave the live context half changed.
+            self._build()
+            self.context.load_cert_chain(self.cert, self.key)
+            if self.ca is not None:
+                # OpenSSL only adds to a context's trust store: a CA taken
+                # out of the file stays trusted until a restart.
+                self.context.load_verify_locations(cafile=self.ca)
+        except (ConfigError, ssl.SSLError, OSError) as e:
+            event(logging.ERROR, "tls-reload-failed", "TLS certificates not reloaded, the old ones "
+                  "still serve: %(error)s", error=str(e))
+            return False
+        event(logging.INFO, "tls-reloaded", "TLS certificate reloaded from %(cert)s", cert=self.cert)
+        return True
 
 
 def _check_readable(flag, path):
