@@ -60,6 +60,8 @@ fastbean's own options:
  --metrics [HOST:]PORT   serve /metrics (Prometheus), /healthz and /readyz over HTTP
                          on HOST:PORT (default host: 127.0.0.1; ":PORT" for every
                          interface; default: off)
+ --metrics-tls           serve the HTTP endpoint over TLS (https://) with --tls-cert,
+                         --tls-key and --tls-ca
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
@@ -220,10 +222,10 @@ def parse_args(argv, warn=log.warning):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name == "testing":
+            if name in ("testing", "metrics-tls"):
                 if eq:
-                    raise Usage("--testing takes no value")
-                opts["testing"] = True
+                    raise Usage("--%s takes no value" % name)
+                opts[name.replace("-", "_")] = True
                 continue
             if name not in LONG_OPTIONS:
                 raise Usage("unknown option: %s" % arg)
@@ -318,6 +320,11 @@ def parse_args(argv, warn=log.warning):
                 raise Usage("unknown flag: -%s" % flag)
     if opts.get("tls_listen") and "tls_cert" not in opts:
         raise Usage("--tls-listen needs --tls-cert")
+    if opts.get("metrics_tls"):
+        if "metrics_port" not in opts:
+            raise Usage("--metrics-tls needs --metrics")
+        if "tls_cert" not in opts:
+            raise Usage("--metrics-tls needs --tls-cert")
     for flag in ("tls_key", "tls_ca"):
         if flag in opts and "tls_cert" not in opts:
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
@@ -361,9 +368,9 @@ def main(argv=None):
             from fastbean.server.tls import Certificates
             certificates = Certificates(config.tls_cert, config.tls_key, config.tls_ca)
         listeners = sockets.open_listeners(config)
-        if certificates is not None and not any(tls for _, tls in listeners):
-            raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR, or name "
-                              "an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
+        if certificates is not None and not config.metrics_tls and not any(tls for _, tls in listeners):
+            raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR or "
+                              "--metrics-tls, or name an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
         metrics_sock = None
         if config.metrics_port is not None:
             metrics_sock = sockets.open_metrics(config)

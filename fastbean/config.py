@@ -69,6 +69,7 @@ class Config:
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
     metrics_host: Optional[str] = DEFAULT_METRICS_HOST   # --metrics HOST:PORT; None = every interface
     metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint
+    metrics_tls: bool = False             # --metrics-tls: the HTTP endpoint speaks TLS (--tls-cert)
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)

@@ -82,3 +82,19 @@ def serial_of(pem_path):
     """The serial number of the certificate in a PEM file."""
     with open(pem_path, "rb") as f:
         return x509.load_pem_x509_certificate(f.read()).serial_number
+
+
+class Pki:
+    """What the TLS tests use, in directory: a CA ("queue") and the server and
+    client certificates it signs (each a (cert, key) pair of paths), another CA
+    and a client certificate it signs, and a self-signed server certificate."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.ca = Authority(directory, "queue")
+        self.other_ca = Authority(directory, "stranger")
+        self.server = self.ca.issue("server")
+        self.server2 = self.ca.issue("server2")
+        self.client = self.ca.issue("worker", server=False)
+        self.foreign_client = self.other_ca.issue("intruder", server=False)
+        self.self_signed = self_signed(directory, "lonely")

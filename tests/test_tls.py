@@ -14,7 +14,7 @@ import time
 import greenstalk
 import pytest
 
-from tests.certs import Authority, self_signed
+from tests.certs import Pki
 from tests.servers import HOST, Server, client, free_port, wait_listening
 
 pytestmark = [pytest.mark.timeout(90),
@@ -26,19 +26,7 @@ STUNNEL = shutil.which("stunnel4") or "/usr/bin/stunnel4"
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA and what it signs, another CA, a self-signed server certificate."""
-    d = str(tmp_path_factory.mktemp("pki"))
-
-    class Pki:
-        ca = Authority(d, "queue")
-        other_ca = Authority(d, "stranger")
-        server = ca.issue("server")
-        server2 = ca.issue("server2")
-        client = ca.issue("worker", server=False)
-        foreign_client = other_ca.issue("intruder", server=False)
-        self_signed = self_signed(d, "lonely")
-        directory = d
-    return Pki
+    return Pki(str(tmp_path_factory.mktemp("pki")))
 
 
 def tls_server(cert_key, *args, ca=None):

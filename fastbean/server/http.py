@@ -9,6 +9,7 @@ is closed, and cannot hold more than these.
 import asyncio
 import logging
 
+from fastbean.config import TLS_HANDSHAKE_TIMEOUT
 from fastbean.logs import event
 from fastbean.server.metrics import CONTENT_TYPE, exposition
 from fastbean.sockets import describe
@@ -32,10 +33,12 @@ class Endpoint:
         self.conns = set()
         self._srv = None
 
-    async def start(self, sock):
-        self._srv = await self.server.loop.create_server(lambda: HttpProtocol(self), sock=sock)
-        event(logging.INFO, "metrics", "metrics and health endpoints on http://%(address)s/",
-              address=describe(sock))
+    async def start(self, sock, tls=None):
+        """Serve on sock; over TLS with the SSLContext tls (--metrics-tls)."""
+        options = {"ssl": tls, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT} if tls is not None else {}
+        self._srv = await self.server.loop.create_server(lambda: HttpProtocol(self), sock=sock, **options)
+        event(logging.INFO, "metrics", "metrics and health endpoints on %(scheme)s://%(address)s/",
+              scheme="https" if tls is not None else "http", address=describe(sock))
 
     def close(self):
         if self._srv is not None:

@@ -239,7 +239,7 @@ class Server:
         # while the binlog replays, a file at a time between loop turns.
         if metrics_sock is not None:
             self.endpoint = Endpoint(self)
-            await self.endpoint.start(metrics_sock)
+            await self.endpoint.start(metrics_sock, self.certificates.context if self.config.metrics_tls else None)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
         if self.replicator is not None:
