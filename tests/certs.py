@@ -46,9 +46,10 @@ class Authority:
         self.cert = _write(os.path.join(directory, name + "-ca.pem"),
                            self.certificate.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name, server=True, hosts=("localhost", "127.0.0.1")):
-        """A certificate for name signed by this CA: (cert path, key path)."""
-        return _leaf(self.directory, name, server, hosts, self.certificate.subject, self.key)
+    def issue(self, name, server=True, hosts=("localhost", "127.0.0.1"), expired=False):
+        """A certificate for name signed by this CA: (cert path, key path);
+        expired: one whose validity ended an hour ago."""
+        return _leaf(self.directory, name, server, hosts, self.certificate.subject, self.key, expired)
 
 
 def self_signed(directory, name, hosts=("localhost", "127.0.0.1")):
@@ -56,9 +57,11 @@ def self_signed(directory, name, hosts=("localhost", "127.0.0.1")):
     return _leaf(directory, name, True, hosts, None, None)
 
 
-def _leaf(directory, name, server, hosts, issuer, issuer_key):
+def _leaf(directory, name, server, hosts, issuer, issuer_key, expired=False):
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
+    if expired:
+        now -= DAY + datetime.timedelta(hours=1)
     sans = []
     for host in hosts:
         try:
@@ -97,4 +100,6 @@ class Pki:
         self.server2 = self.ca.issue("server2")
         self.client = self.ca.issue("worker", server=False)
         self.foreign_client = self.other_ca.issue("intruder", server=False)
+        self.expired = self.ca.issue("expired", expired=True)
+        self.expired_client = self.ca.issue("expired-worker", server=False, expired=True)
         self.self_signed = self_signed(directory, "lonely")

@@ -182,6 +182,21 @@ def test_a_verifying_client_rejects_a_self_signed_or_foreign_certificate(pki):
         s.stop()
 
 
+def test_an_expired_certificate_is_refused_on_either_side(pki):
+    s = tls_server(pki.expired)
+    try:
+        with pytest.raises(ssl.SSLCertVerificationError, match="certificate has expired"):
+            tls_connect(s.tls_port, client_context(pki.ca.cert))
+    finally:
+        s.stop()
+    s = tls_server(pki.server, ca=pki.ca.cert)
+    try:
+        assert refused(s.tls_port, client_context(pki.ca.cert, pki.expired_client))
+        assert current_connections(s) == 1
+    finally:
+        s.stop()
+
+
 def refused(port, ctx):
     """True if the server ends a connection made with ctx: at the handshake
     (TLS 1.2), or at the first read (TLS 1.3 checks the client after it)."""
@@ -440,3 +455,53 @@ def test_without_tls_sighup_ends_the_server_as_it_ends_beanstalkd():
     s = Server("fastbean").start()
     s.signal(signal.SIGHUP)
     assert s.wait(10) == -signal.SIGHUP
+
+
+def test_stalled_handshakes_are_closed_and_harm_no_one(pki):
+    """Slowloris at the handshake: connections that send nothing, or half a
+    ClientHello, are closed after the handshake timeout, and are never counted
+    as clients meanwhile."""
+    from fastbean.config import TLS_HANDSHAKE_TIMEOUT
+    s = tls_server(pki.server)
+    stalled = []
+    try:
+        with tls_connect(s.tls_port, client_context(pki.ca.cert)) as good:
+            start = time.monotonic()
+            for i in range(40):
+                sock = socket.create_connection((HOST, s.tls_port), timeout=TLS_HANDSHAKE_TIMEOUT + 10)
+                if i % 2:
+                    sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")   # a ClientHello's start
+                stalled.append(sock)
+            assert ask(good, b"put 0 0 60 2\r\nok\r\n") == b"INSERTED 1\r\n"
+            assert current_connections(s) == 2
+            for sock in stalled:
+                assert sock.recv(4096) == b""       # closed by the server, nothing sent
+            waited = time.monotonic() - start
+            assert TLS_HANDSHAKE_TIMEOUT - 1 < waited < TLS_HANDSHAKE_TIMEOUT + 5, waited
+            assert ask(good, b"peek 1\r\n", b"ok\r\n") == b"FOUND 1 2\r\nok\r\n"
+    finally:
+        for sock in stalled:
+            sock.close()
+        s.stop()
+
+
+def test_many_idle_tls_connections(pki):
+    """Idle TLS clients cost memory, not loop time: a thousand stay open and
+    answer; the memory each takes is reported."""
+    n = 1000
+    s = tls_server(pki.server)
+    ctx = client_context(pki.ca.cert)
+    conns = []
+    try:
+        before = s.rss()
+        for _ in range(n):
+            conns.append(tls_connect(s.tls_port, ctx))
+        assert current_connections(s) == n + 1
+        after = s.rss()
+        print("\n%d idle TLS connections: %.1f KiB of server RSS each" % (n, (after - before) / 1024 / n))
+        for t in conns[::100]:
+            assert ask(t, b"list-tube-used\r\n") == b"USING default\r\n"
+    finally:
+        for t in conns:
+            t.close()
+        s.stop()
