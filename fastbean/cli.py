@@ -72,6 +72,9 @@ fastbean's own options:
  --tls-cert FILE         the server's certificate chain (PEM) for TLS; files reloaded on SIGHUP
  --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
  --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
+ --auth-tokens FILE      TLS listeners answer only `auth <token>` and `quit` until the
+                         client sends a token whose SHA-256 is in FILE (NAME SHA256 lines;
+                         reloaded on SIGHUP; see docs/tls.md)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 
@@ -94,7 +97,7 @@ High availability (on NATS JetStream; see the README):
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
-                "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca")
+                "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -260,7 +263,7 @@ def parse_args(argv, warn=log.warning):
             elif name in ("listen", "tls-listen"):
                 key = name.replace("-", "_")
                 opts[key] = opts.get(key, ()) + (_listen_address(value, "--" + name),)
-            elif name in ("tls-cert", "tls-key", "tls-ca"):
+            elif name in ("tls-cert", "tls-key", "tls-ca", "auth-tokens"):
                 opts[name.replace("-", "_")] = value
             elif name == "replicate-timeout":
                 opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
@@ -325,7 +328,7 @@ def parse_args(argv, warn=log.warning):
             raise Usage("--metrics-tls needs --metrics")
         if "tls_cert" not in opts:
             raise Usage("--metrics-tls needs --tls-cert")
-    for flag in ("tls_key", "tls_ca"):
+    for flag in ("tls_key", "tls_ca", "auth_tokens"):
         if flag in opts and "tls_cert" not in opts:
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
     # Listeners named by flags of fastbean's own replace the default one;
@@ -367,7 +370,15 @@ def main(argv=None):
             # read before -u drops the rights a private key is usually kept under
             from fastbean.server.tls import Certificates
             certificates = Certificates(config.tls_cert, config.tls_key, config.tls_ca)
+        auth = None
+        if config.auth_tokens is not None:
+            from fastbean.server.tokens import TokenAuth
+            auth = TokenAuth(config.auth_tokens)
         listeners = sockets.open_listeners(config)
+        if auth is not None and not any(tls for _, tls in listeners):
+            raise ConfigError("--auth-tokens: no TLS listener asks for them (tokens are asked "
+                              "on --tls-listen listeners only, so they never cross the network "
+                              "in clear)")
         if certificates is not None and not config.metrics_tls and not any(tls for _, tls in listeners):
             raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR or "
                               "--metrics-tls, or name an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
@@ -381,7 +392,7 @@ def main(argv=None):
         return e.status
 
     from fastbean.server.server import run  # asyncio, uvloop and the engine: after binding
-    return run(config, listeners, metrics_sock, certificates)
+    return run(config, listeners, metrics_sock, certificates, auth)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ ERROR_REPLIES = {
     b"NOT_IGNORED": "the last watched tube cannot be ignored",
     b"DEADLINE_SOON": "a reserved job's deadline is near",
     b"TIMED_OUT": "timed out",
+    b"NOT_AUTHENTICATED": "the server wants a valid token first (auth)",
 }
 BODY_REPLIES = {b"OK": 2, b"FOUND": 3, b"RESERVED": 3}     # word -> words in the line
 # stats values that are text even when they look like numbers
@@ -180,7 +181,8 @@ class Client:
     connecting and then for each reply (None: wait for ever). tls: an
     ssl.SSLContext (tls_context() makes one) to speak TLS, as to a fastbean
     --tls-listen; server_hostname: the name the server's certificate must
-    have (default: the host connected to; needed for a UNIX socket).
+    have (default: the host connected to; needed for a UNIX socket). token:
+    authenticate with it at once (auth(), for a server with --auth-tokens).
 
     Two levels share the connection:
     - commands (put, use, watch, peek, reserve_job, delete, kick, stats...) check
@@ -195,7 +197,8 @@ class Client:
     """
 
     def __init__(self, address: Address, timeout: float | None = TIMEOUT, *,
-                 tls: ssl.SSLContext | None = None, server_hostname: str | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                 token: str | bytes | None = None) -> None:
         self.address = address
         self.where = describe(address)
         self.timeout = timeout
@@ -223,6 +226,12 @@ class Client:
                 why = _reason(e) if isinstance(e, OSError) else str(e)
                 raise ConnectError("cannot connect to %s over TLS: %s" % (self.where, why)) from None
         self.sock = sock        # for tests that watch the connection itself
+        if token is not None:
+            try:
+                self.auth(token)
+            except BaseException:
+                sock.close()
+                raise
 
     def close(self) -> None:
         self.sock.close()
@@ -379,6 +388,14 @@ class Client:
         """Kick up to `bound` jobs of the tube in use; how many were."""
         words, _ = self._call(b"kick %d" % bound, b"KICKED")
         return self._int(words)
+
+    def auth(self, token: str | bytes) -> None:
+        """Authenticate with token (a fastbean with --auth-tokens asks for it on
+        its TLS listeners); ServerError (NOT_AUTHENTICATED) if it is refused."""
+        data = token.encode() if isinstance(token, str) else token
+        if not data or any(c in data for c in b" \r\n"):
+            raise ValueError("a token is one word without spaces or line breaks")
+        self._call(b"auth " + data, b"AUTHENTICATED")
 
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")

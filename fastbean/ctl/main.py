@@ -139,6 +139,9 @@ def build_parser():
                      help="the client certificate's key (default: in the --tls-cert file)")
     tls.add_argument("--tls-server-name", metavar="NAME", default=argparse.SUPPRESS,
                      help="the name the server's certificate must hold (default: the -l address)")
+    tls.add_argument("--auth-token-file", metavar="FILE", default=argparse.SUPPRESS,
+                     help="authenticate with the token in FILE (its first line), for a server "
+                          "with --auth-tokens")
 
     parser = ArgParser(prog=PROG, parents=[common], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -211,7 +214,7 @@ def build_parser():
 
 COMMON_DEFAULTS = {"addr": ADDR, "port": PORT, "timeout": TIMEOUT_S,
                    "json": False, "tls": False, "tls_ca": None, "tls_cert": None, "tls_key": None,
-                   "tls_server_name": None}
+                   "tls_server_name": None, "auth_token_file": None}
 EXIT_FOR = [(UsageError, EXIT_USAGE), (NotFound, EXIT_NOT_FOUND),
             (ServerError, EXIT_SERVER_ERROR), (ConnectError, EXIT_CONNECT),
             (ClientError, EXIT_PROTOCOL)]
@@ -238,6 +241,21 @@ def tls_of(args):
         raise UsageError("cannot use the TLS files %s: %s" % (files, e.strerror or e.args[-1])) from None
 
 
+def token_of(args):
+    """The token in --auth-token-file (kept out of the command line, where ps shows it)."""
+    if args.auth_token_file is None:
+        return None
+    try:
+        with open(args.auth_token_file, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError("--auth-token-file %s: %s" % (args.auth_token_file,
+                                                      getattr(e, "strerror", None) or e)) from None
+    if not token or " " in token:
+        raise UsageError("--auth-token-file %s: no token on its first line" % args.auth_token_file)
+    return token
+
+
 def main(argv=None):
     try:
         try:
@@ -252,10 +270,11 @@ def main(argv=None):
                                    else os.fsencode(args.body))
 
             tls = tls_of(args)
+            token = token_of(args)
 
             def connect():
                 return Client(address_of(args.addr, args.port), args.timeout, tls=tls,
-                              server_hostname=args.tls_server_name)
+                              server_hostname=args.tls_server_name, token=token)
 
             if args.func is cmd_top:
                 return cmd_top(args, connect)

@@ -22,6 +22,7 @@ from fastbean.engine.core import Core, prefault_arenas, tune_malloc
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import event
 from fastbean.server import busypoll
+from fastbean.server.authgate import AuthConnProtocol, TracingAuthConnProtocol
 from fastbean.server.busypoll import BusyPoll
 from fastbean.server.http import Endpoint
 from fastbean.server.limits import Connections, MemoryCap
@@ -48,9 +49,10 @@ def new_event_loop():
 
 
 class Server:
-    def __init__(self, config, loop, notifier=None, certificates=None):
+    def __init__(self, config, loop, notifier=None, certificates=None, auth=None):
         self.config = config
         self.certificates = certificates    # a tls.Certificates with --tls-cert
+        self.auth = auth                    # a tokens.TokenAuth with --auth-tokens (TLS listeners ask)
         self.loop = loop
         self.verbosity = config.verbosity
         self._timer = None
@@ -217,7 +219,10 @@ class Server:
     async def _listen(self, sock, tls):
         # Plain or TLS is decided here, once per listener: a plain connection's
         # protocol is the same with TLS configured or not.
-        if tls:
+        if tls and self.auth is not None:
+            cls = TracingAuthConnProtocol if self.verbosity >= 2 else AuthConnProtocol
+            options = {"ssl": self.certificates.context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
+        elif tls:
             cls = TracingTlsConnProtocol if self.verbosity >= 2 else TlsConnProtocol
             options = {"ssl": self.certificates.context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
         else:
@@ -261,7 +266,7 @@ class Server:
                   max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
         if self.certificates is not None:
-            self.loop.add_signal_handler(signal.SIGHUP, self.certificates.reload)
+            self.loop.add_signal_handler(signal.SIGHUP, self.reload)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop, sig)
         self.phase = "serving"
@@ -302,6 +307,12 @@ class Server:
         if self.memory_cap is not None:
             self.memory_cap.check(self.core)
 
+    def reload(self):
+        """SIGHUP: the TLS certificates and the tokens, from their files again."""
+        self.certificates.reload()
+        if self.auth is not None:
+            self.auth.reload()
+
     def drain(self):
         if not self.core.draining:
             event(logging.WARNING, "drain", "entering drain mode")
@@ -337,16 +348,17 @@ class Server:
         self._stopped.set_result(self._exit_status)
 
 
-def run(config, listeners, metrics_sock=None, certificates=None):
+def run(config, listeners, metrics_sock=None, certificates=None, auth=None):
     """Serve on the given listeners (sockets.Listener) until SIGTERM/SIGINT; return
-    the exit status. certificates: the tls.Certificates of the TLS listeners."""
+    the exit status. certificates: the tls.Certificates of the TLS listeners;
+    auth: the tokens.TokenAuth they ask clients for."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_malloc()
     if not prefault_arenas():
         event(logging.WARNING, "no-prefault", "could not start the page-prefault thread; new "
               "memory is faulted in on the loop")
-    server = Server(config, loop, certificates=certificates)
+    server = Server(config, loop, certificates=certificates, auth=auth)
     status = 0
     try:
         status = loop.run_until_complete(server.serve(listeners, metrics_sock))

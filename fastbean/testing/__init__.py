@@ -39,7 +39,8 @@ def server(*args: Arg, host: str = HOST, port: int | None = None,
            testing: bool = False, timeout: float = START_TIMEOUT,
            env: Mapping[str, str] | None = None, log_path: StrPath | None = None,
            tls_cert: StrPath | None = None, tls_key: StrPath | None = None,
-           tls_ca: StrPath | None = None, tls_client: ssl.SSLContext | None = None) -> Server:
+           tls_ca: StrPath | None = None, tls_client: ssl.SSLContext | None = None,
+           auth_token: str | None = None) -> Server:
     """Start `python -m fastbean` and return it running, as a Server.
 
     Use it in a with block, which stops it, or call stop() yourself.
@@ -57,11 +58,13 @@ def server(*args: Arg, host: str = HOST, port: int | None = None,
     ssl.SSLContext that client() and the start-up check connect with (default:
     one that trusts exactly tls_cert; with tls_ca, give one that holds a
     client certificate: fastbean.client.tls_context(ca, cert, key)).
+    auth_token: the token client() and the start-up check authenticate with,
+    for a server started with "--auth-tokens", FILE among args.
     Raises ServerStartError, with the server's stderr, if it cannot start.
     """
     return Server(args, host, port, unix_socket, binlog_dir, testing, env=env, log_path=log_path,
                   tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca,
-                  tls_client=tls_client).start(timeout)
+                  tls_client=tls_client, auth_token=auth_token).start(timeout)
 
 
 class Server:
@@ -86,8 +89,9 @@ class Server:
                  testing: bool = False, *, env: Mapping[str, str] | None = None,
                  log_path: StrPath | None = None, tls_cert: StrPath | None = None,
                  tls_key: StrPath | None = None, tls_ca: StrPath | None = None,
-                 tls_client: ssl.SSLContext | None = None) -> None:
+                 tls_client: ssl.SSLContext | None = None, auth_token: str | None = None) -> None:
         self.args = [str(a) for a in args]
+        self.auth_token = auth_token
         self.tls_files = [os.path.abspath(f) if f is not None else None for f in (tls_cert, tls_key, tls_ca)]
         if tls_cert is None and (tls_key, tls_ca, tls_client) != (None, None, None):
             raise ValueError("tls_key, tls_ca and tls_client need tls_cert")
@@ -149,7 +153,7 @@ class Server:
     def client(self, timeout: float | None = TIMEOUT) -> Client:
         """A new blocking protocol client (fastbean.client.Client) connected to it
         (over TLS with tls_cert); close it, or use it in a with block."""
-        return Client(self.address, timeout, tls=self.tls_client)
+        return Client(self.address, timeout, tls=self.tls_client, token=self.auth_token)
 
     # -- process ----------------------------------------------------------------
 
@@ -329,7 +333,7 @@ class Server:
         """Whether it answers stats with its own pid (not some other server that
         happens to hold the port). One connection, one stats, once it connects."""
         try:
-            with Client(self.address, timeout, tls=self.tls_client) as c:
+            with Client(self.address, timeout, tls=self.tls_client, token=self.auth_token) as c:
                 return bool(c.stats().get("pid") == self.pid)
         except ClientError:
             return False
