@@ -62,6 +62,9 @@ fastbean's own options:
                          interface; default: off)
  --metrics-tls           serve the HTTP endpoint over TLS (https://) with --tls-cert,
                          --tls-key and --tls-ca
+ --metrics-auth          /metrics answers only requests with a token of --auth-tokens
+                         (Authorization: Bearer TOKEN, or Basic NAME:TOKEN); needs
+                         --metrics-tls. /healthz and /readyz stay open
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
@@ -225,7 +228,7 @@ def parse_args(argv, warn=log.warning):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name in ("testing", "metrics-tls"):
+            if name in ("testing", "metrics-tls", "metrics-auth"):
                 if eq:
                     raise Usage("--%s takes no value" % name)
                 opts[name.replace("-", "_")] = True
@@ -328,6 +331,11 @@ def parse_args(argv, warn=log.warning):
             raise Usage("--metrics-tls needs --metrics")
         if "tls_cert" not in opts:
             raise Usage("--metrics-tls needs --tls-cert")
+    if opts.get("metrics_auth"):
+        if "auth_tokens" not in opts:
+            raise Usage("--metrics-auth needs --auth-tokens")
+        if not opts.get("metrics_tls"):
+            raise Usage("--metrics-auth needs --metrics-tls: a token is never sent in clear")
     for flag in ("tls_key", "tls_ca", "auth_tokens"):
         if flag in opts and "tls_cert" not in opts:
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
@@ -375,10 +383,10 @@ def main(argv=None):
             from fastbean.server.tokens import TokenAuth
             auth = TokenAuth(config.auth_tokens)
         listeners = sockets.open_listeners(config)
-        if auth is not None and not any(tls for _, tls in listeners):
-            raise ConfigError("--auth-tokens: no TLS listener asks for them (tokens are asked "
-                              "on --tls-listen listeners only, so they never cross the network "
-                              "in clear)")
+        if auth is not None and not config.metrics_auth and not any(tls for _, tls in listeners):
+            raise ConfigError("--auth-tokens: nothing asks for them (tokens are asked on "
+                              "--tls-listen listeners and with --metrics-auth, so they never "
+                              "cross the network in clear)")
         if certificates is not None and not config.metrics_tls and not any(tls for _, tls in listeners):
             raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR or "
                               "--metrics-tls, or name an inherited socket \"%s\")" % sockets.TLS_FD_NAME)

@@ -2,19 +2,24 @@
 before `auth`, wrong and revoked tokens, brute force met by the limit, the
 timeout, SIGHUP, and the tools that send a token; real server processes,
 real TLS clients."""
+import base64
 import hashlib
+import http.client
+import json
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 
 import pytest
 
 from fastbean import testing
 from fastbean.client import Client, ServerError, tls_context
 from tests.certs import Pki
-from tests.servers import HOST, client
+from tests.servers import HOST, Server, client, wait_listening
 from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server, wait_for_log
 
 pytestmark = pytest.mark.timeout(90)
@@ -81,7 +86,7 @@ def test_a_right_token_lets_in_and_a_wrong_one_does_not(pki, guarded):
         assert reply == b"AUTHENTICATED\r\nWATCHING 2\r\nRESERVED 1 2\r\nhi\r\n"
     # the plain listener asks for nothing
     with client(guarded.port) as c:
-        assert c.stats_job(1)["state"] == "ready"
+        assert c.peek(1) == b"hi"
     assert "sent a token that is not in" in guarded.log and "not-a-token" not in guarded.log
 
 
@@ -162,7 +167,12 @@ def test_unusable_tokens_files_stop_the_start(pki, tmp_path):
     status, err = start_fails("-p", testing.free_port(), "--metrics", testing.free_port(), "--metrics-tls",
                               "--tls-cert", pki.server[0], "--tls-key", pki.server[1],
                               "--auth-tokens", tokens_file(tmp_path / "t"))
-    assert status == 5 and "--auth-tokens: no TLS listener asks for them" in err, err
+    assert status == 5 and "--auth-tokens: nothing asks for them" in err, err
+    for args, message in ((["--metrics-auth"], "--metrics-auth needs --auth-tokens"),
+                          (["--metrics", "1", "--tls-cert", "x", "--auth-tokens", "t", "--metrics-auth"],
+                           "--metrics-auth needs --metrics-tls")):
+        status, err = start_fails(*args)
+        assert status == 5 and err.startswith("fastbean: " + message), err
 
 
 def test_the_client_ctl_and_testing_send_the_token(pki, tmp_path):
@@ -214,4 +224,89 @@ def test_with_a_ca_too_a_client_needs_its_certificate_and_a_token(pki, tmp_path)
             with tls_connect(s.tls_port, client_context(pki.ca.cert)) as t:     # no certificate
                 ask(t, b"auth %s\r\n" % TOKENS["worker"].encode())
     finally:
+        s.stop()
+
+
+def metrics_server(pki, tmp_path):
+    """TLS-only HTTP endpoint whose /metrics wants a token; plain beanstalk port."""
+    mport = testing.free_port()
+    s = Server("fastbean", "--metrics", "%s:%d" % (HOST, mport), "--metrics-tls", "--metrics-auth",
+               "--tls-cert", pki.server[0], "--tls-key", pki.server[1],
+               "--auth-tokens", tokens_file(tmp_path / "tokens")).start()
+    s.mport = mport
+    wait_listening(mport, s.proc, lambda: s.log)
+    return s
+
+
+def https_get(port, path, ctx, authorization=None):
+    conn = http.client.HTTPSConnection("localhost", port, timeout=10, context=ctx)
+    try:
+        conn.request("GET", path, headers={"Authorization": authorization} if authorization else {})
+        r = conn.getresponse()
+        return r.status, r.getheader("WWW-Authenticate"), r.read()
+    finally:
+        conn.close()
+
+
+def basic(name, token):
+    return "Basic " + base64.b64encode(("%s:%s" % (name, token)).encode()).decode()
+
+
+def test_metrics_wants_a_bearer_or_basic_token_and_health_stays_open(pki, tmp_path):
+    s = metrics_server(pki, tmp_path)
+    ctx = client_context(pki.ca.cert)
+    try:
+        status, challenge, _ = https_get(s.mport, "/metrics", ctx)
+        assert status == 401 and challenge.startswith("Bearer")
+        status, _, body = https_get(s.mport, "/metrics", ctx, "Bearer " + TOKENS["worker"])
+        assert status == 200 and b"current_jobs_ready 0" in body
+        assert https_get(s.mport, "/metrics", ctx, basic("producer", TOKENS["producer"]))[0] == 200
+        assert https_get(s.mport, "/metrics", ctx, basic("worker", TOKENS["producer"]))[0] == 401
+        assert https_get(s.mport, "/healthz", ctx)[0] == 200
+        assert https_get(s.mport, "/readyz", ctx)[0] == 200
+        for i in range(5):
+            assert https_get(s.mport, "/metrics", ctx, "Bearer guess-%d" % i)[0] == 401
+        # over the limit: refused unheard, the good token too
+        assert https_get(s.mport, "/metrics", ctx, "Bearer " + TOKENS["worker"])[0] == 429
+        assert https_get(s.mport, "/healthz", ctx)[0] == 200
+    finally:
+        s.stop()
+    assert "guess-" not in s.log and "failed to authenticate 5 times" in s.log
+
+
+def test_prometheus_scrapes_with_a_bearer_token(pki, tmp_path):
+    from tests.test_tls_http import PROMETHEUS
+    s = metrics_server(pki, tmp_path)
+    pport = testing.free_port()
+    token_file = tmp_path / "prometheus.token"
+    token_file.write_text(TOKENS["worker"])
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                   "scrape_configs:\n  - job_name: fastbean\n    scheme: https\n"
+                   "    authorization:\n      credentials_file: %s\n"
+                   "    tls_config:\n      ca_file: %s\n      server_name: localhost\n"
+                   "    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
+                   % (token_file, pki.ca.cert, s.mport))
+    with open(tmp_path / "prometheus.log", "wb") as log:
+        prom = subprocess.Popen([PROMETHEUS, "--config.file=%s" % cfg,
+                                 "--storage.tsdb.path=%s" % (tmp_path / "data"),
+                                 "--web.listen-address=127.0.0.1:%d" % pport],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (pport, urllib.parse.urlencode({"query": "up"}))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    result = json.load(r)["data"]["result"]
+            except OSError:
+                result = []
+            if result and result[0]["value"][1] == "1":
+                break
+            assert prom.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "prometheus.log").read_text()
+            time.sleep(0.3)
+    finally:
+        prom.send_signal(signal.SIGTERM)
+        prom.wait(30)
         s.stop()
