@@ -87,6 +87,10 @@ High availability (on NATS JetStream; see the README):
                          until it holds the lease
  --replicate-stream NAME the stream's name, shared by the nodes of one queue
                          (default: %(stream)s; the lease bucket is NAME-lease)
+ --replicate-ca FILE     speak TLS to NATS and check its servers against the CA
+                         certificates in FILE (tls:// URLs alone trust the system's CAs)
+ --replicate-cert FILE   the client certificate for NATS servers that verify clients
+ --replicate-key FILE    its key (default: in the --replicate-cert file)
  --node-name NAME        this node's name in the lease and the log (default: host:port)
  --lease-ttl SECONDS     how long the primary's lease lasts unrenewed (default: %(lease_ttl)g)
  --replicate-timeout SECONDS
@@ -100,7 +104,8 @@ High availability (on NATS JetStream; see the README):
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
-                "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens")
+                "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens",
+                "replicate-ca", "replicate-cert", "replicate-key")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -266,7 +271,8 @@ def parse_args(argv, warn=log.warning):
             elif name in ("listen", "tls-listen"):
                 key = name.replace("-", "_")
                 opts[key] = opts.get(key, ()) + (_listen_address(value, "--" + name),)
-            elif name in ("tls-cert", "tls-key", "tls-ca", "auth-tokens"):
+            elif name in ("tls-cert", "tls-key", "tls-ca", "auth-tokens",
+                "replicate-ca", "replicate-cert", "replicate-key"):
                 opts[name.replace("-", "_")] = value
             elif name == "replicate-timeout":
                 opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
@@ -343,9 +349,26 @@ def parse_args(argv, warn=log.warning):
     # -l or -p asks for it again.
     named = opts.get("listen") or opts.get("tls_listen")
     opts["classic_listener"] = not named or "listen_addr" in opts or "port" in opts
+    for flag in ("replicate_ca", "replicate_cert", "replicate_key"):
+        if flag in opts and not opts.get("replicate"):
+            raise Usage("--%s needs --replicate" % flag.replace("_", "-"))
+    if "replicate_key" in opts and "replicate_cert" not in opts:
+        raise Usage("--replicate-key needs --replicate-cert")
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:
         raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
+
+
+def _check_nats_tls(config):
+    # the files are read again when replication connects: unusable ones stop the start here
+    import ssl
+
+    from fastbean.client import tls_context
+    try:
+        tls_context(config.replicate_ca, config.replicate_cert, config.replicate_key)
+    except (OSError, ssl.SSLError) as e:
+        files = " ".join(f for f in (config.replicate_ca, config.replicate_cert, config.replicate_key) if f)
+        raise ConfigError("--replicate TLS files %s: %s" % (files, e.strerror or e.args[-1]), 1) from None
 
 
 def main(argv=None):
@@ -378,6 +401,8 @@ def main(argv=None):
             # read before -u drops the rights a private key is usually kept under
             from fastbean.server.tls import Certificates
             certificates = Certificates(config.tls_cert, config.tls_key, config.tls_ca)
+        if config.replicate_ca is not None or config.replicate_cert is not None:
+            _check_nats_tls(config)
         auth = None
         if config.auth_tokens is not None:
             from fastbean.server.tokens import TokenAuth

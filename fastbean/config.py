@@ -77,6 +77,9 @@ class Config:
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
     replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
     replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
+    replicate_ca: Optional[str] = None    # --replicate-ca: TLS to NATS, its servers checked against this CA
+    replicate_cert: Optional[str] = None  # --replicate-cert: the client certificate NATS may ask for
+    replicate_key: Optional[str] = None   # --replicate-key: its key (default: in the certificate file)
     node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
     lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
     replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds

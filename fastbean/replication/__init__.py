@@ -38,6 +38,7 @@ import socket
 import time
 import uuid
 
+from fastbean.client import tls_context
 from fastbean.errors import BinlogError, ReplicationError
 from fastbean.logs import event
 from fastbean.replication.follower import Follower
@@ -58,6 +59,14 @@ class Role(enum.Enum):
     SUSPENDED = "suspended"
 
 
+def nats_tls(config):
+    """The TLS context for NATS from --replicate-ca/-cert/-key, or None (nats-py
+    then makes its own for tls:// URLs, trusting the system's CAs)."""
+    if config.replicate_ca is None and config.replicate_cert is None:
+        return None
+    return tls_context(config.replicate_ca, config.replicate_cert, config.replicate_key)
+
+
 class Replicator:
     """This node's role: when it follows, takes over, serves, suspends or
     rebuilds. The records themselves go through `log` (log.py), which is
@@ -69,7 +78,8 @@ class Replicator:
         self.name = config.node_name or "%s-%s" % (socket.gethostname(), config.port)
         self.timeout = config.replicate_timeout
         self.max_job_size = config.max_job_size
-        self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl)
+        self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl,
+                         tls=nats_tls(config))
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
         self.log = StreamLog(server, self.link, config, self._deposed_by_writer, self._wake_up,
                              self._local_failed, self._must_rebuild)

@@ -78,8 +78,9 @@ def _unavailable(e):
 
 
 class Link:
-    def __init__(self, urls, name, stream, lease_ttl, callbacks=None):
+    def __init__(self, urls, name, stream, lease_ttl, callbacks=None, tls=None):
         self.urls = list(urls)
+        self.tls = tls              # an ssl.SSLContext for NATS servers that speak TLS, or None
         self.name = name
         self.stream = stream
         self.subject = stream + ".records"
@@ -121,7 +122,8 @@ class Link:
                     servers=self.urls, name="fastbean " + self.name, connect_timeout=CONNECT_TIMEOUT,
                     reconnect_time_wait=RECONNECT_WAIT, max_reconnect_attempts=-1,
                     ping_interval=PING_INTERVAL, max_outstanding_pings=MAX_OUTSTANDING_PINGS,
-                    error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect)
+                    error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect,
+                    **({"tls": self.tls} if self.tls is not None else {}))
                 break
             except (NatsError, OSError, asyncio.TimeoutError) as e:
                 self._unreachable.failed(servers=self.servers, error=why(e))

@@ -1,0 +1,73 @@
+"""Replication over TLS to NATS (--replicate-ca, --replicate-cert, --replicate-key):
+a JetStream cluster whose client port wants TLS and a client certificate, real
+fastbean nodes taking over from each other through it."""
+import subprocess
+import time
+
+import pytest
+
+from tests.certs import Pki
+from tests.hanodes import Node, find_primary
+from tests.natscluster import NatsCluster
+from tests.servers import fastbean_cmd
+
+pytest.importorskip("nats")
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return Pki(str(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture
+def cluster(pki, tmp_path):
+    c = NatsCluster(tmp_path / "nats", tls={"cert": pki.server[0], "key": pki.server[1], "ca": pki.ca.cert})
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def nodes():
+    started = []
+    yield started
+    for n in started:
+        n.stop()
+
+
+def test_nodes_replicate_and_take_over_through_tls(pki, cluster, nodes, tmp_path):
+    assert cluster.urls.startswith("tls://")
+    tls = ["--replicate-ca", pki.ca.cert, "--replicate-cert", pki.client[0], "--replicate-key", pki.client[1],
+           "--lease-ttl", "2"]
+    nodes += [Node("a", cluster.urls, tmp_path, *tls), Node("b", cluster.urls, tmp_path, *tls)]
+    primary = find_primary(nodes)
+    with primary.client() as c:
+        ids = [c.put(b"job %d" % i) for i in range(10)]
+    primary.stop()
+    survivor = find_primary([n for n in nodes if n is not primary])
+    with survivor.client() as c:
+        assert [c.peek(i) for i in ids] == [b"job %d" % i for i in range(10)]
+    assert "connected to NATS at 127.0.0.1" in survivor.log
+
+
+def test_a_node_without_a_client_certificate_is_kept_out(pki, cluster, nodes, tmp_path):
+    nodes.append(Node("lonely", cluster.urls, tmp_path, "--replicate-ca", pki.ca.cert))
+    deadline = time.monotonic() + 30
+    while "bad certificate" not in nodes[0].log:     # NATS's alert, as the node logs it
+        assert time.monotonic() < deadline, nodes[0].log
+        time.sleep(0.2)
+    assert not nodes[0].is_primary()
+    assert "connected to NATS" not in nodes[0].log
+
+
+@pytest.mark.parametrize("args, status, message", [
+    (["--replicate-ca", "ca.pem"], 5, b"--replicate-ca needs --replicate"),
+    (["--replicate", "tls://127.0.0.1:4222", "--replicate-key", "k.pem"], 5,
+     b"--replicate-key needs --replicate-cert"),
+    (["--replicate", "tls://127.0.0.1:4222", "--replicate-ca", "/nonexistent/ca.pem"], 1,
+     b"--replicate TLS files /nonexistent/ca.pem: No such file or directory"),
+])
+def test_replication_tls_flags_are_checked(args, status, message):
+    proc = subprocess.run(fastbean_cmd() + ["-p", "0"] + args, capture_output=True, timeout=30)
+    assert proc.returncode == status and message in proc.stderr, proc.stderr
+    assert b"Traceback" not in proc.stderr
