@@ -408,6 +408,9 @@ def main(argv=None):
             from fastbean.server.tokens import TokenAuth
             auth = TokenAuth(config.auth_tokens)
         listeners = sockets.open_listeners(config)
+        if certificates is None and any(tls for _, tls in listeners):
+            raise ConfigError("an inherited socket is named \"%s\": it needs --tls-cert (and "
+                              "--tls-key)" % sockets.TLS_FD_NAME)
         if auth is not None and not config.metrics_auth and not any(tls for _, tls in listeners):
             raise ConfigError("--auth-tokens: nothing asks for them (tokens are asked on "
                               "--tls-listen listeners and with --metrics-auth, so they never "

@@ -354,6 +354,20 @@ def test_socket_activation_names_the_tls_socket(pki):
     assert "listening on %s:%d (TLS) (socket activation)" % (HOST, ports[1]) in log, log
 
 
+def test_an_inherited_tls_socket_without_a_certificate_stops_the_start():
+    secure = socket.socket()
+    secure.bind((HOST, 0))
+    secure.listen(16)
+    code = ("import os, sys; os.dup2(%d, 3); os.environ['LISTEN_FDS'] = '1'; "
+            "os.environ['LISTEN_FDNAMES'] = 'tls'; os.environ['LISTEN_PID'] = str(os.getpid()); "
+            "os.execv(sys.executable, [sys.executable, '-m', 'fastbean'])" % secure.fileno())
+    p = subprocess.run([sys.executable, "-c", code], pass_fds=[secure.fileno()], capture_output=True,
+                       text=True, timeout=30)
+    secure.close()
+    assert p.returncode == 5 and 'named "tls": it needs --tls-cert' in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
 def test_the_context_refuses_tls_below_12(pki):
     from fastbean.server.tls import Certificates
     context = Certificates(*pki.server).context
