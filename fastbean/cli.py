@@ -91,6 +91,9 @@ High availability (on NATS JetStream; see the README):
                          certificates in FILE (tls:// URLs alone trust the system's CAs)
  --replicate-cert FILE   the client certificate for NATS servers that verify clients
  --replicate-key FILE    its key (default: in the --replicate-cert file)
+ --replicate-auth-file FILE
+                         authenticate to NATS with USER:PASSWORD or a token, the first
+                         line of FILE (kept off the command line and out of the log)
  --node-name NAME        this node's name in the lease and the log (default: host:port)
  --lease-ttl SECONDS     how long the primary's lease lasts unrenewed (default: %(lease_ttl)g)
  --replicate-timeout SECONDS
@@ -105,7 +108,7 @@ VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
                 "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens",
-                "replicate-ca", "replicate-cert", "replicate-key")
+                "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -272,7 +275,7 @@ def parse_args(argv, warn=log.warning):
                 key = name.replace("-", "_")
                 opts[key] = opts.get(key, ()) + (_listen_address(value, "--" + name),)
             elif name in ("tls-cert", "tls-key", "tls-ca", "auth-tokens",
-                "replicate-ca", "replicate-cert", "replicate-key"):
+                "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file"):
                 opts[name.replace("-", "_")] = value
             elif name == "replicate-timeout":
                 opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
@@ -349,7 +352,7 @@ def parse_args(argv, warn=log.warning):
     # -l or -p asks for it again.
     named = opts.get("listen") or opts.get("tls_listen")
     opts["classic_listener"] = not named or "listen_addr" in opts or "port" in opts
-    for flag in ("replicate_ca", "replicate_cert", "replicate_key"):
+    for flag in ("replicate_ca", "replicate_cert", "replicate_key", "replicate_auth_file"):
         if flag in opts and not opts.get("replicate"):
             raise Usage("--%s needs --replicate" % flag.replace("_", "-"))
     if "replicate_key" in opts and "replicate_cert" not in opts:
@@ -357,6 +360,17 @@ def parse_args(argv, warn=log.warning):
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:
         raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
+
+
+def _check_readable_line(flag, path):
+    # the replication reads the file when it connects: a missing one stops the start here
+    try:
+        with open(path, encoding="utf-8") as f:
+            empty = not f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("%s %s: %s" % (flag, path, getattr(e, "strerror", None) or e), 1) from None
+    if empty:
+        raise ConfigError("%s %s: nothing on its first line" % (flag, path), 1)
 
 
 def _check_nats_tls(config):
@@ -403,6 +417,8 @@ def main(argv=None):
             certificates = Certificates(config.tls_cert, config.tls_key, config.tls_ca)
         if config.replicate_ca is not None or config.replicate_cert is not None:
             _check_nats_tls(config)
+        if config.replicate_auth_file is not None:
+            _check_readable_line("--replicate-auth-file", config.replicate_auth_file)
         auth = None
         if config.auth_tokens is not None:
             from fastbean.server.tokens import TokenAuth

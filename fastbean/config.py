@@ -80,6 +80,7 @@ class Config:
     replicate_ca: Optional[str] = None    # --replicate-ca: TLS to NATS, its servers checked against this CA
     replicate_cert: Optional[str] = None  # --replicate-cert: the client certificate NATS may ask for
     replicate_key: Optional[str] = None   # --replicate-key: its key (default: in the certificate file)
+    replicate_auth_file: Optional[str] = None  # --replicate-auth-file: USER:PASSWORD or a token for NATS
     node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
     lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
     replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds

@@ -11,7 +11,7 @@ NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
 class NatsServer:
-    def __init__(self, name, port, cluster_port, routes, store, tls=None):
+    def __init__(self, name, port, cluster_port, routes, store, tls=None, auth=None):
         self.name, self.port, self.cluster_port = name, port, cluster_port
         self.url = "%s://127.0.0.1:%d" % ("tls" if tls else "nats", port)
         self.conf = os.path.join(store, name + ".conf")
@@ -30,6 +30,8 @@ class NatsServer:
                 # clients must speak TLS, and show a certificate the CA signed
                 f.write('tls { cert_file: "%s", key_file: "%s", ca_file: "%s", verify: true }\n'
                         % (tls["cert"], tls["key"], tls["ca"]))
+            if auth:
+                f.write('authorization { user: "%s", password: "%s" }\n' % auth)
         self.proc = None
 
     def start(self):
@@ -55,14 +57,15 @@ class NatsServer:
 class NatsCluster:
     """Three clustered JetStream servers; `urls` is what --replicate takes.
     tls: {"cert", "key", "ca"} files: clients connect over TLS with a
-    certificate the CA signed (the routes between the servers stay plain)."""
+    certificate the CA signed (the routes between the servers stay plain).
+    auth: (user, password) clients must give."""
 
-    def __init__(self, store, n=3, tls=None):
+    def __init__(self, store, n=3, tls=None, auth=None):
         os.makedirs(str(store), exist_ok=True)
         ports = [free_port() for _ in range(n)]
         cports = [free_port() for _ in range(n)]
         self.servers = [NatsServer("n%d" % i, ports[i], cports[i],
-                                   [c for j, c in enumerate(cports) if j != i], str(store), tls)
+                                   [c for j, c in enumerate(cports) if j != i], str(store), tls, auth)
                         for i in range(n)]
         for s in self.servers:
             s.start()

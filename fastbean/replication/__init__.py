@@ -43,7 +43,7 @@ from fastbean.errors import BinlogError, ReplicationError
 from fastbean.logs import event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
-from fastbean.replication.link import Deposed, Link, Quiet, Unavailable
+from fastbean.replication.link import Deposed, Link, Quiet, Unavailable, nats_auth
 from fastbean.replication.log import StreamLog
 
 POLL = 0.25                 # seconds between a standby's looks at the stream and the lease
@@ -79,7 +79,8 @@ class Replicator:
         self.timeout = config.replicate_timeout
         self.max_job_size = config.max_job_size
         self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl,
-                         tls=nats_tls(config))
+                         tls=nats_tls(config),
+                         auth=nats_auth(config.replicate_auth_file) if config.replicate_auth_file else None)
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
         self.log = StreamLog(server, self.link, config, self._deposed_by_writer, self._wake_up,
                              self._local_failed, self._must_rebuild)
