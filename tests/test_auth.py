@@ -60,14 +60,31 @@ def connections(server):
 
 def test_before_auth_every_command_is_refused_and_the_engine_never_hears(pki, guarded):
     ctx = client_context(pki.ca.cert)
-    with tls_connect(guarded.tls_port, ctx) as t:
-        for line in COMMANDS:
-            assert ask(t, line + b"\r\n") == b"NOT_AUTHENTICATED\r\n", line
-        assert connections(guarded) == 1         # only the plain client asking
-        with client(guarded.port) as c:
-            assert c.stats()["current-jobs-ready"] == 0
-        t.sendall(b"quit\r\n")
-        assert t.recv(100) == b""
+    for start in range(0, len(COMMANDS), 7):        # eight refusals end a connection
+        with tls_connect(guarded.tls_port, ctx) as t:
+            for line in COMMANDS[start:start + 7]:
+                assert ask(t, line + b"\r\n") == b"NOT_AUTHENTICATED\r\n", line
+            assert connections(guarded) == 1         # only the plain client asking
+            t.sendall(b"quit\r\n")
+            assert t.recv(100) == b""
+    with client(guarded.port) as c:
+        stats = c.stats()
+    # the engine counted the plain clients (the start-up check's, the loop's and
+    # this one), and none of the TLS ones
+    assert stats["current-jobs-ready"] == 0
+    assert stats["total-connections"] == 1 + len(range(0, len(COMMANDS), 7)) + 1
+
+
+def test_a_client_that_will_not_authenticate_is_closed_after_eight_refusals(pki, guarded):
+    with tls_connect(guarded.tls_port, client_context(pki.ca.cert)) as t:
+        t.sendall(b"stats\r\n" * 1000)         # and reads nothing meanwhile
+        time.sleep(0.5)
+        data = b""
+        chunk = t.recv(65536)
+        while chunk:
+            data += chunk
+            chunk = t.recv(65536)
+        assert data == b"NOT_AUTHENTICATED\r\n" * 8
 
 
 def test_a_right_token_lets_in_and_a_wrong_one_does_not(pki, guarded):
@@ -95,6 +112,7 @@ def test_brute_force_is_met_by_the_limit(pki, guarded):
     with tls_connect(guarded.tls_port, ctx) as t:
         for i in range(5):
             assert ask(t, b"auth guess-%d\r\n" % i) == b"NOT_AUTHENTICATED\r\n"
+        # (five refusals: the connection is still open, below the eight that close it)
         # the address is refused now, even with a good token, and the connection closed
         t.sendall(b"auth %s\r\n" % TOKENS["worker"].encode())
         assert t.recv(100) == b"NOT_AUTHENTICATED\r\n"

@@ -13,6 +13,7 @@ from fastbean.server.protocol import TlsConnProtocol, TracingConnProtocol
 
 AUTH_TIMEOUT = 10.0             # seconds after the handshake to authenticate, or be closed
 MAX_LINE = 224                  # beanstalkd's longest command line, CRLF included
+MAX_REFUSED = 8                 # commands refused before auth, then the connection is closed
 AUTHENTICATED = b"AUTHENTICATED\r\n"
 NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 
@@ -20,13 +21,14 @@ NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 class AuthConnProtocol(TlsConnProtocol):
     """A connection to a TLS listener that asks for a token first."""
 
-    __slots__ = ("_pending", "_deadline", "_address")
+    __slots__ = ("_pending", "_deadline", "_address", "_refused")
 
     def __init__(self, server):
         super().__init__(server)
         self._pending = b""
         self._deadline = None
         self._address = None
+        self._refused = 0
 
     def connection_made(self, transport):
         self._transport = transport
@@ -56,11 +58,19 @@ class AuthConnProtocol(TlsConnProtocol):
             if line == b"quit":
                 transport.close()
             elif verb != b"auth" or not token:
-                transport.write(NOT_AUTHENTICATED)
+                self._refuse()
             else:
                 self._check(token)
                 if self._conn is not None:
                     return
+
+    def _refuse(self):
+        # A client that goes on without authenticating, and perhaps without
+        # reading, must not fill the server's memory with refusals.
+        self._transport.write(NOT_AUTHENTICATED)
+        self._refused += 1
+        if self._refused >= MAX_REFUSED:
+            self._transport.close()
 
     def _check(self, token):
         auth = self._server.auth
@@ -73,7 +83,7 @@ class AuthConnProtocol(TlsConnProtocol):
         if name is None:
             event(logging.WARNING, "auth-failed", "%(address)s sent a token that is not in "
                   "%(path)s", address=self._address, path=auth.path)
-            self._transport.write(NOT_AUTHENTICATED)
+            self._refuse()
             return
         self._deadline.cancel()
         self._deadline = None
