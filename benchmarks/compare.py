@@ -104,7 +104,7 @@ def measure(kind, case, seconds, warmup, baseline=None):
         os.environ["FASTBEAN_CMD"] = "env PYTHONPATH=%s %s -m fastbean" % (os.path.abspath(baseline), sys.executable)
         kind = "fastbean"
     try:
-        server = Server(kind, *(flags or ()), binlog=flags is not None).start(600)
+        server = Server(kind, *(flags or ()), binlog=True if flags is not None else None).start(600)
     finally:
         if saved is None:
             os.environ.pop("FASTBEAN_CMD", None)

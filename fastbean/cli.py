@@ -25,9 +25,10 @@ from fastbean.config import (
     HANDLED_SIGNALS,
     MAX_BUSY_POLL_US,
     MAX_JOB_SIZE_LIMIT,
+    UNIX,
     Config,
 )
-from fastbean.errors import ConfigError
+from fastbean.errors import EXIT_CONFIG, ConfigError
 from fastbean.logs import event
 
 USAGE = """\
@@ -60,9 +61,24 @@ fastbean's own options:
  --metrics [HOST:]PORT   serve /metrics (Prometheus), /healthz and /readyz over HTTP
                          on HOST:PORT (default host: 127.0.0.1; ":PORT" for every
                          interface; default: off)
+ --metrics-tls           serve the HTTP endpoint over TLS (https://) with --tls-cert,
+                         --tls-key and --tls-ca
+ --metrics-auth          /metrics answers only requests with a token of --auth-tokens
+                         (Authorization: Bearer TOKEN, or Basic NAME:TOKEN); needs
+                         --metrics-tls. /healthz and /readyz stay open
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
+ --listen ADDR           also listen on ADDR: HOST:PORT, [IPV6]:PORT, :PORT (every
+                         interface) or unix:PATH; repeatable. With --listen or
+                         --tls-listen, the -l/-p listener opens only if -l or -p is given
+ --tls-listen ADDR       also listen on ADDR, over TLS (see docs/tls.md); repeatable
+ --tls-cert FILE         the server's certificate chain (PEM) for TLS; files reloaded on SIGHUP
+ --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
+ --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
+ --auth-tokens FILE      TLS listeners answer only `auth <token>` and `quit` until the
+                         client sends a token whose SHA-256 is in FILE (NAME SHA256 lines;
+                         reloaded on SIGHUP; see docs/tls.md)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 
@@ -72,6 +88,13 @@ High availability (on NATS JetStream; see docs/high-availability.md):
                          until it holds the lease
  --replicate-stream NAME the stream's name, shared by the nodes of one queue
                          (default: %(stream)s; the lease bucket is NAME-lease)
+ --replicate-ca FILE     speak TLS to NATS and check its servers against the CA
+                         certificates in FILE (tls:// URLs alone trust the system's CAs)
+ --replicate-cert FILE   the client certificate for NATS servers that verify clients
+ --replicate-key FILE    its key (default: in the --replicate-cert file)
+ --replicate-auth-file FILE
+                         authenticate to NATS with USER:PASSWORD or a token, the first
+                         line of FILE (kept off the command line and out of the log)
  --node-name NAME        this node's name in the lease and the log (default: host:port)
  --lease-ttl SECONDS     how long the primary's lease lasts unrenewed (default: %(lease_ttl)g)
  --replicate-timeout SECONDS
@@ -88,7 +111,8 @@ starting at docs/index.md; every flag and exit status: docs/configuration.md.
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
-                "replicate-timeout")
+                "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens",
+                "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -156,6 +180,27 @@ def _metrics_address(value):
     return host, int(port)
 
 
+def _listen_address(value, flag):
+    """HOST:PORT, [IPV6]:PORT, :PORT or unix:PATH -> (host, port) or (UNIX, path);
+    host None is every interface."""
+    if value.startswith("unix:"):
+        if len(value) == 5:
+            raise Usage("%s: no path in %s" % (flag, value))
+        return UNIX, value[5:]
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep or not host:
+            raise Usage("invalid %s address: %s" % (flag, value))
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep or ":" in host:
+            raise Usage("invalid %s address (HOST:PORT, [IPV6]:PORT, :PORT or unix:PATH): %s"
+                        % (flag, value))
+    if not port:
+        raise Usage("invalid %s address: %s" % (flag, value))
+    return host or None, port
+
+
 def _seconds(text, what):
     try:
         value = float(text)
@@ -211,6 +256,12 @@ def _long_option(opts, name, value):
         opts["node_name"] = _name(value, "--node-name")
     elif name == "lease-ttl":
         opts["lease_ttl"] = _seconds(value, "--lease-ttl")
+    elif name in ("listen", "tls-listen"):
+        key = name.replace("-", "_")
+        opts[key] = opts.get(key, ()) + (_listen_address(value, "--" + name),)
+    elif name in ("tls-cert", "tls-key", "tls-ca", "auth-tokens",
+                  "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file"):
+        opts[name.replace("-", "_")] = value
     elif name == "replicate-timeout":
         opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
     else:
@@ -240,10 +291,10 @@ def parse_args(argv, warn=_warn):
                     raise Usage("--%s takes no value" % name)
                 sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
                 return None
-            if name == "testing":
+            if name in ("testing", "metrics-tls", "metrics-auth"):
                 if eq:
-                    raise Usage("--testing takes no value")
-                opts["testing"] = True
+                    raise Usage("--%s takes no value" % name)
+                opts[name.replace("-", "_")] = True
                 continue
             if name not in LONG_OPTIONS:
                 raise Usage("unknown option: %s" % arg)
@@ -308,9 +359,58 @@ def parse_args(argv, warn=_warn):
                 return None
             else:
                 raise Usage("unknown flag: -%s" % flag)
+    if opts.get("tls_listen") and "tls_cert" not in opts:
+        raise Usage("--tls-listen needs --tls-cert")
+    if opts.get("metrics_tls"):
+        if "metrics_port" not in opts:
+            raise Usage("--metrics-tls needs --metrics")
+        if "tls_cert" not in opts:
+            raise Usage("--metrics-tls needs --tls-cert")
+    if opts.get("metrics_auth"):
+        if "auth_tokens" not in opts:
+            raise Usage("--metrics-auth needs --auth-tokens")
+        if not opts.get("metrics_tls"):
+            raise Usage("--metrics-auth needs --metrics-tls: a token is never sent in clear")
+    for flag in ("tls_key", "tls_ca", "auth_tokens"):
+        if flag in opts and "tls_cert" not in opts:
+            raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
+    # Listeners named by flags of fastbean's own replace the default one;
+    # -l or -p asks for it again.
+    named = opts.get("listen") or opts.get("tls_listen")
+    opts["classic_listener"] = not named or "listen_addr" in opts or "port" in opts
+    for flag in ("replicate_ca", "replicate_cert", "replicate_key", "replicate_auth_file"):
+        if flag in opts and not opts.get("replicate"):
+            raise Usage("--%s needs --replicate" % flag.replace("_", "-"))
+    if "replicate_key" in opts and "replicate_cert" not in opts:
+        raise Usage("--replicate-key needs --replicate-cert")
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:
         raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(verbosity=verbosity, fsync=fsync, fsync_ms=fsync_ms, **opts)
+
+
+def _check_readable_line(flag, path):
+    # the replication reads the file when it connects: a missing one stops the start here
+    try:
+        with open(path, encoding="utf-8") as f:
+            empty = not f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("%s %s: %s" % (flag, path, getattr(e, "strerror", None) or e),
+                          EXIT_CONFIG) from None
+    if empty:
+        raise ConfigError("%s %s: nothing on its first line" % (flag, path), EXIT_CONFIG)
+
+
+def _check_nats_tls(config):
+    # the files are read again when replication connects: unusable ones stop the start here
+    import ssl
+
+    from fastbean.client import tls_context
+    try:
+        tls_context(config.replicate_ca, config.replicate_cert, config.replicate_key)
+    except (OSError, ssl.SSLError) as e:
+        files = " ".join(f for f in (config.replicate_ca, config.replicate_cert, config.replicate_key) if f)
+        raise ConfigError("--replicate TLS files %s: %s" % (files, e.strerror or e.args[-1]),
+                          EXIT_CONFIG) from None
 
 
 def main(argv=None):
@@ -338,7 +438,30 @@ def main(argv=None):
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     try:
         sockets.raise_nofile_limit()
+        certificates = None
+        if config.tls_cert is not None:
+            # read before -u drops the rights a private key is usually kept under
+            from fastbean.server.tls import Certificates
+            certificates = Certificates(config.tls_cert, config.tls_key, config.tls_ca)
+        if config.replicate_ca is not None or config.replicate_cert is not None:
+            _check_nats_tls(config)
+        if config.replicate_auth_file is not None:
+            _check_readable_line("--replicate-auth-file", config.replicate_auth_file)
+        auth = None
+        if config.auth_tokens is not None:
+            from fastbean.server.tokens import TokenAuth
+            auth = TokenAuth(config.auth_tokens)
         listeners = sockets.open_listeners(config)
+        if certificates is None and any(tls for _, tls in listeners):
+            raise ConfigError("an inherited socket is named \"%s\": it needs --tls-cert (and "
+                              "--tls-key)" % sockets.TLS_FD_NAME)
+        if auth is not None and not config.metrics_auth and not any(tls for _, tls in listeners):
+            raise ConfigError("--auth-tokens: nothing asks for them (tokens are asked on "
+                              "--tls-listen listeners and with --metrics-auth, so they never "
+                              "cross the network in clear)")
+        if certificates is not None and not config.metrics_tls and not any(tls for _, tls in listeners):
+            raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR or "
+                              "--metrics-tls, or name an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
         metrics_sock = None
         if config.metrics_port is not None:
             metrics_sock = sockets.open_metrics(config)
@@ -352,7 +475,7 @@ def main(argv=None):
     except ConfigError as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
-    return run(config, listeners, metrics_sock)
+    return run(config, listeners, metrics_sock, certificates, auth)
 
 
 if __name__ == "__main__":

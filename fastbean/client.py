@@ -6,6 +6,7 @@ project's tests use it. A leaf: it imports nothing of fastbean but its errors.
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Iterable
 from typing import Any, Dict, Tuple, Union
 
@@ -13,7 +14,7 @@ from fastbean.errors import FastbeanError
 
 __all__ = ["Client", "ClientError", "ConnectError", "ProtocolError", "ConnectionLost", "NoReply",
            "ServerError", "NotFound", "UnexpectedReply", "parse_dict", "parse_list", "check_tube",
-           "Address", "Stats"]
+           "tls_context", "Address", "Stats"]
 
 TIMEOUT = 5.0                   # seconds for connecting, and then for each reply
 PIPELINE = 64                   # commands in flight when asking about many tubes
@@ -36,6 +37,7 @@ ERROR_REPLIES = {
     b"NOT_IGNORED": "the last watched tube cannot be ignored",
     b"DEADLINE_SOON": "a reserved job's deadline is near",
     b"TIMED_OUT": "timed out",
+    b"NOT_AUTHENTICATED": "the server wants a valid token first (auth)",
 }
 BODY_REPLIES = {b"OK": 2, b"FOUND": 3, b"RESERVED": 3}     # word -> words in the line
 # stats values that are text even when they look like numbers
@@ -116,6 +118,20 @@ def describe(address: Address) -> str:
     return "%s:%s" % ("[%s]" % host if ":" in host and not host.startswith("[") else host, port)
 
 
+def tls_context(ca: str | None = None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
+    """A client's TLS settings, for Client(tls=...): the server's certificate is
+    checked against the CA certificates in the file ca (default: the system's)
+    and must name the host connected to; TLS 1.2 at least. cert and key: the
+    client certificate a server with mutual TLS (--tls-ca) asks for (key
+    default: in the cert file). Raises OSError or ssl.SSLError for files that
+    cannot be used."""
+    context = ssl.create_default_context(cafile=ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None:
+        context.load_cert_chain(cert, key)
+    return context
+
+
 def _shown(data: bytes, limit: int = 60) -> str:
     """Bytes from the peer, safe to print on one line."""
     text = data[:limit].decode("ascii", "backslashreplace")
@@ -162,7 +178,11 @@ class Client:
     """One connection to a beanstalk-protocol server (fastbean or any beanstalkd).
 
     address: (host, port), or the path of a UNIX socket. timeout: seconds for
-    connecting and then for each reply (None: wait for ever).
+    connecting and then for each reply (None: wait for ever). tls: an
+    ssl.SSLContext (tls_context() makes one) to speak TLS, as to a fastbean
+    --tls-listen; server_hostname: the name the server's certificate must
+    have (default: the host connected to; needed for a UNIX socket). token:
+    authenticate with it at once (auth(), for a server with --auth-tokens).
 
     Two levels share the connection:
     - commands (put, use, watch, peek, reserve_job, delete, kick, stats...) check
@@ -176,7 +196,9 @@ class Client:
     reply within the timeout) is a ConnectionLost and a TimeoutError.
     """
 
-    def __init__(self, address: Address, timeout: float | None = TIMEOUT) -> None:
+    def __init__(self, address: Address, timeout: float | None = TIMEOUT, *,
+                 tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                 token: str | bytes | None = None) -> None:
         self.address = address
         self.where = describe(address)
         self.timeout = timeout
@@ -195,7 +217,21 @@ class Client:
                 sock = socket.create_connection(address, timeout)
         except (OSError, UnicodeError, ValueError) as e:     # the last two: unusable names
             raise ConnectError("cannot connect to %s: %s" % (self.where, _reason(e))) from None
+        if tls is not None:
+            name = server_hostname or (None if isinstance(address, str) else address[0])
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=name)     # the handshake, within timeout
+            except (OSError, ValueError) as e:    # ValueError: no name to check the certificate against
+                sock.close()
+                why = _reason(e) if isinstance(e, OSError) else str(e)
+                raise ConnectError("cannot connect to %s over TLS: %s" % (self.where, why)) from None
         self.sock = sock        # for tests that watch the connection itself
+        if token is not None:
+            try:
+                self.auth(token)
+            except BaseException:
+                sock.close()
+                raise
 
     def close(self) -> None:
         self.sock.close()
@@ -353,6 +389,14 @@ class Client:
         words, _ = self._call(b"kick %d" % bound, b"KICKED")
         return self._int(words)
 
+    def auth(self, token: str | bytes) -> None:
+        """Authenticate with token (a fastbean with --auth-tokens asks for it on
+        its TLS listeners); ServerError (NOT_AUTHENTICATED) if it is refused."""
+        data = token.encode() if isinstance(token, str) else token
+        if not data or any(c in data for c in b" \r\n"):
+            raise ValueError("a token is one word without spaces or line breaks")
+        self._call(b"auth " + data, b"AUTHENTICATED")
+
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
 
@@ -424,6 +468,10 @@ class Client:
 def _reason(err: BaseException) -> str:
     if isinstance(err, socket.timeout):
         return "timed out"
+    if isinstance(err, ssl.SSLCertVerificationError):
+        return "the server's certificate is not trusted: %s" % err.verify_message
+    if isinstance(err, ssl.SSLError):
+        return "TLS: " + (err.reason.lower().replace("_", " ") if err.reason else str(err))
     if not isinstance(err, OSError):
         return "not a usable address (%s)" % err
     return err.strerror or str(err)

@@ -18,6 +18,8 @@ SHUTDOWN_GRACE = 5.0                   # seconds to finish writing to clients on
 DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host is given
 DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
 DEFAULT_LOG_FORMAT = "text"
+UNIX = "unix:"                         # the host of a UNIX socket address: (UNIX, path)
+TLS_HANDSHAKE_TIMEOUT = 10.0           # seconds a TLS client has to finish its handshake
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
 # Replication (replication/). A NATS server lost takes JetStream a leader
 # election: its raft followers wait 4 to 9 s after the leader's last
@@ -38,16 +40,24 @@ STREAM_REPLICAS = 3
 FAILSTOP_LIMIT = 3
 FAILSTOP_WINDOW = 60.0
 EXIT_DISK_FAILED = 74
-# SIGUSR1 drains, SIGTERM/SIGINT stop. The CLI blocks them before it opens the
+# SIGUSR1 drains, SIGTERM/SIGINT stop, SIGHUP reloads the TLS certificates
+# (with TLS only: otherwise it ends the process, as it ends beanstalkd). The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
-HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
+HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 @dataclass(frozen=True)
 class Config:
     listen_addr: Optional[str] = None     # -l: None means every interface; "unix:/path"
     port: str = DEFAULT_PORT              # -p: a number or a service name
+    classic_listener: bool = True         # the -l/-p listener; False when only --listen/--tls-listen name some
+    listen: tuple = ()                    # --listen: (host or None, port) or (UNIX, path) each
+    tls_listen: tuple = ()                # --tls-listen: the same, for listeners that speak TLS
+    tls_cert: Optional[str] = None        # --tls-cert: PEM certificate chain
+    tls_key: Optional[str] = None         # --tls-key: PEM private key; None = in the --tls-cert file
+    tls_ca: Optional[str] = None          # --tls-ca: clients need a certificate it signed
+    auth_tokens: Optional[str] = None     # --auth-tokens: TLS listeners want `auth <token>` first
     max_job_size: int = DEFAULT_MAX_JOB_SIZE   # -z, bytes of body
     user: Optional[str] = None            # -u: drop privileges to this user after binding
     verbosity: int = 0                    # -V, repeatable
@@ -60,11 +70,17 @@ class Config:
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
     metrics_host: Optional[str] = DEFAULT_METRICS_HOST   # --metrics HOST:PORT; None = every interface
     metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint
+    metrics_tls: bool = False             # --metrics-tls: the HTTP endpoint speaks TLS (--tls-cert)
+    metrics_auth: bool = False            # --metrics-auth: /metrics wants a token of --auth-tokens
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
     replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
     replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
+    replicate_ca: Optional[str] = None    # --replicate-ca: TLS to NATS, its servers checked against this CA
+    replicate_cert: Optional[str] = None  # --replicate-cert: the client certificate NATS may ask for
+    replicate_key: Optional[str] = None   # --replicate-key: its key (default: in the certificate file)
+    replicate_auth_file: Optional[str] = None  # --replicate-auth-file: USER:PASSWORD or a token for NATS
     node_name: Optional[str] = None       # --node-name: shown in the lease; None = host:port
     lease_ttl: float = DEFAULT_LEASE_TTL  # --lease-ttl, seconds
     replicate_timeout: float = DEFAULT_REPLICATE_TIMEOUT   # --replicate-timeout, seconds

@@ -4,8 +4,9 @@ import logging
 import os
 import socket
 import stat
+from typing import NamedTuple
 
-from fastbean.config import BACKLOG, DEFAULT_PORT
+from fastbean.config import BACKLOG, DEFAULT_PORT, UNIX
 from fastbean.errors import EXIT_LISTEN, EXIT_NO_USER, EXIT_SETUID, ConfigError
 from fastbean.logs import event
 
@@ -15,7 +16,14 @@ HINTS = {
     errno.EACCES: "; ports below 1024 need root or CAP_NET_BIND_SERVICE",
     errno.EADDRNOTAVAIL: "; no interface of this machine has that address",
 }
+TLS_FD_NAME = "tls"         # systemd's FileDescriptorName= of an inherited socket that speaks TLS
 UNIX_PATH_MAX = 107
+
+
+class Listener(NamedTuple):
+    """A listening socket for beanstalk clients, and whether it speaks TLS."""
+    sock: socket.socket
+    tls: bool
 
 
 def raise_nofile_limit():
@@ -33,34 +41,41 @@ def raise_nofile_limit():
 
 
 def _inherited(config):
-    # systemd socket activation: fds from 3 on, if they are meant for us.
+    # systemd socket activation: fds from 3 on, if they are meant for us. A
+    # socket whose FileDescriptorName= is "tls" speaks TLS.
     if os.environ.get("LISTEN_PID") != str(os.getpid()):
         return None
     try:
         n = int(os.environ.get("LISTEN_FDS", "0"))
     except ValueError:
         n = 0
+    names = os.environ.get("LISTEN_FDNAMES", "").split(":")
     for var in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
         os.environ.pop(var, None)
     if n < 1:
         return None
-    if n > 1:
-        event(logging.WARNING, "socket-activation", "inherited %(fds)d listen fds; using only fd "
-              "%(fd)d", fds=n, fd=SD_LISTEN_FDS_START)
     if config.listen_addr is not None:
         event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: -l "
               "%(ignored)s", ignored=config.listen_addr)
     if config.port != DEFAULT_PORT:
         event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: -p "
               "%(ignored)s", ignored=config.port)
-    try:
-        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
-    except OSError as e:
-        raise ConfigError("inherited fd %d is not a socket: %s" % (SD_LISTEN_FDS_START, e), EXIT_LISTEN) from None
-    if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-        raise ConfigError("inherited fd %d is not a listening stream socket" % SD_LISTEN_FDS_START, EXIT_LISTEN)
-    sock.setblocking(False)
-    return sock
+    for flag, addresses in (("--listen", config.listen), ("--tls-listen", config.tls_listen)):
+        for host, port in addresses:
+            event(logging.WARNING, "socket-activation", "inherited listen fd; ignoring option: "
+                  "%(flag)s %(ignored)s", flag=flag, ignored=_written(host, port))
+    listeners = []
+    for i in range(n):
+        fd = SD_LISTEN_FDS_START + i
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError as e:
+            raise ConfigError("inherited fd %d is not a socket: %s" % (fd, e), EXIT_LISTEN) from None
+        if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            raise ConfigError("inherited fd %d is not a listening stream socket" % fd, EXIT_LISTEN)
+        sock.setblocking(False)
+        listeners.append(Listener(sock, i < len(names) and names[i] == TLS_FD_NAME))
+    return listeners
 
 
 def _unix(path):
@@ -129,19 +144,44 @@ def describe(sock):
     return "%s:%d" % (name[0], name[1])
 
 
+def _written(host, port):
+    """An address as the flags take it: host:port, [v6]:port, :port, unix:path."""
+    if host == UNIX:
+        return "unix:" + port
+    return "%s:%s" % ("[%s]" % host if host and ":" in host else host or "", port)
+
+
+def _open(host, port):
+    return _unix(port) if host == UNIX else _tcp(host, port)
+
+
 def open_listeners(config):
-    """The listening sockets for config: inherited, UNIX or TCP."""
-    sock = _inherited(config)
-    inherited = sock is not None
-    if sock is None:
-        addr = config.listen_addr
-        if addr is not None and addr.startswith("unix:"):
-            sock = _unix(addr[5:])
-        else:
-            sock = _tcp(addr or None, config.port)
-    event(logging.INFO, "bind", "listening on %(address)s" + (" (socket activation)" if inherited else ""),
-          address=describe(sock), fd=sock.fileno(), inherited=inherited)
-    return [sock]
+    """The listening sockets for config (Listeners): inherited from systemd, or
+    the -l/-p one, one per --listen and one per --tls-listen."""
+    listeners = _inherited(config)
+    inherited = listeners is not None
+    if not inherited:
+        listeners = []
+        if config.classic_listener:
+            addr = config.listen_addr
+            if addr is not None and addr.startswith("unix:"):
+                listeners.append(Listener(_unix(addr[5:]), False))
+            else:
+                listeners.append(Listener(_tcp(addr or None, config.port), False))
+        for flag, addresses, tls in (("--listen", config.listen, False),
+                                     ("--tls-listen", config.tls_listen, True)):
+            for host, port in addresses:
+                try:
+                    listeners.append(Listener(_open(host, port), tls))
+                except ConfigError as e:
+                    for opened, _ in listeners:
+                        opened.close()
+                    raise ConfigError("%s: %s" % (flag, e), e.status) from None
+    for sock, tls in listeners:
+        event(logging.INFO, "bind", "listening on %(address)s" + (" (TLS)" if tls else "")
+              + (" (socket activation)" if inherited else ""),
+              address=describe(sock), fd=sock.fileno(), inherited=inherited, tls=tls)
+    return listeners
 
 
 def open_metrics(config):

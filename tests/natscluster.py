@@ -11,9 +11,9 @@ NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
 class NatsServer:
-    def __init__(self, name, port, cluster_port, routes, store):
+    def __init__(self, name, port, cluster_port, routes, store, tls=None, auth=None):
         self.name, self.port, self.cluster_port = name, port, cluster_port
-        self.url = "nats://127.0.0.1:%d" % port
+        self.url = "%s://127.0.0.1:%d" % ("tls" if tls else "nats", port)
         self.conf = os.path.join(store, name + ".conf")
         self.logfile = os.path.join(store, name + ".log")
         with open(self.conf, "w") as f:
@@ -26,6 +26,12 @@ class NatsServer:
                     'routes: [%s] }\n'
                     % (name, port, os.path.join(store, name), cluster_port,
                        ", ".join("nats-route://127.0.0.1:%d" % r for r in routes)))
+            if tls:
+                # clients must speak TLS, and show a certificate the CA signed
+                f.write('tls { cert_file: "%s", key_file: "%s", ca_file: "%s", verify: true }\n'
+                        % (tls["cert"], tls["key"], tls["ca"]))
+            if auth:
+                f.write('authorization { user: "%s", password: "%s" }\n' % auth)
         self.proc = None
 
     def start(self):
@@ -49,14 +55,17 @@ class NatsServer:
 
 
 class NatsCluster:
-    """Three clustered JetStream servers; `urls` is what --replicate takes."""
+    """Three clustered JetStream servers; `urls` is what --replicate takes.
+    tls: {"cert", "key", "ca"} files: clients connect over TLS with a
+    certificate the CA signed (the routes between the servers stay plain).
+    auth: (user, password) clients must give."""
 
-    def __init__(self, store, n=3):
+    def __init__(self, store, n=3, tls=None, auth=None):
         os.makedirs(str(store), exist_ok=True)
         ports = [free_port() for _ in range(n)]
         cports = [free_port() for _ in range(n)]
         self.servers = [NatsServer("n%d" % i, ports[i], cports[i],
-                                   [c for j, c in enumerate(cports) if j != i], str(store))
+                                   [c for j, c in enumerate(cports) if j != i], str(store), tls, auth)
                         for i in range(n)]
         for s in self.servers:
             s.start()

@@ -91,7 +91,7 @@ class Server(testing.Server):
         self._tmp_binlog = None
         if binlog is True:
             binlog = self._tmp_binlog = tempfile.mkdtemp(prefix="fastbean-test-")
-        elif binlog is False:           # the benchmarks' "binlog=flags is not None"
+        elif binlog is False:           # binlog=<a condition>: false means none
             binlog = None
         super().__init__(args, HOST, port, unix_socket, binlog, env=env, log_path=log_path)
         self.kind = kind

@@ -204,6 +204,42 @@ def test_options_extra_flags_binlog_and_unix_socket(pytester, run, tmp_path):
     assert any(p.name.startswith("binlog.") for p in (pytester.path / "ini-binlog").iterdir())
 
 
+def test_a_tls_test_server(pytester, run, tmp_path):
+    from tests.certs import self_signed
+    cert, key = self_signed(str(tmp_path), "test-server")
+    pytester.makepyfile(test_tls="""
+        import ssl
+
+        def test_a_client_over_tls(fastbean, fastbean_clock):
+            with fastbean.client() as c:
+                assert isinstance(c.sock, ssl.SSLSocket)
+                c.put(b"over tls", delay=60)
+            fastbean_clock.advance(60)
+            with fastbean.client() as c:
+                assert c.stats()["current-jobs-ready"] == 1
+
+        def test_reset_between_tests_and_no_plain_port(fastbean):
+            with fastbean.client() as c:
+                assert c.stats()["current-jobs-ready"] == 0
+            import socket
+            with socket.create_connection(fastbean.address) as plain:
+                plain.sendall(b"stats\\r\\n")
+                data = plain.recv(100)
+                while data:             # closed, after a TLS alert at most
+                    assert b"OK" not in data
+                    data = plain.recv(100)
+    """)
+    run("--fastbean-tls-cert", cert, "--fastbean-tls-key", key).assert_outcomes(passed=2)
+    os.rename(cert, str(pytester.path / "cert.pem"))
+    os.rename(key, str(pytester.path / "key.pem"))
+    pytester.makeini("""
+        [pytest]
+        fastbean_tls_cert = cert.pem
+        fastbean_tls_key = key.pem
+    """)
+    run().assert_outcomes(passed=2)
+
+
 def test_a_server_that_cannot_start_fails_with_its_cause(pytester, run):
     pytester.makepyfile(test_start="""
         def test_one(fastbean):

@@ -140,8 +140,10 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
         service.replace("ExecStart=/opt/fastbean/bin/fastbean ",
                         "ExecStart=%s -m fastbean " % sys.executable))
     shutil.copy(CONTRIB / "fastbean.socket", tmp_path / "fastbean.socket")
+    shutil.copy(CONTRIB / "fastbean-tls.socket", tmp_path / "fastbean-tls.socket")
     p = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(tmp_path / "fastbean.service"),
-                        str(tmp_path / "fastbean.socket")], capture_output=True, text=True)
+                        str(tmp_path / "fastbean.socket"), str(tmp_path / "fastbean-tls.socket")],
+                       capture_output=True, text=True)
     assert p.returncode == 0 and p.stderr == "" and p.stdout == "", p.stdout + p.stderr
 
 
@@ -169,6 +171,10 @@ def test_unit_keeps_debian_settings_and_adds_what_debian_lacks():
                      "FASTBEAN_EXTRA"}
     socket_unit = (CONTRIB / "fastbean.socket").read_text()
     assert "ListenStream=127.0.0.1:11300" in socket_unit
+    # the TLS socket is named as fastbean's socket activation expects (sockets.TLS_FD_NAME)
+    from fastbean.sockets import TLS_FD_NAME
+    tls_unit = (CONTRIB / "fastbean-tls.socket").read_text()
+    assert "FileDescriptorName=%s\n" % TLS_FD_NAME in tls_unit and "Service=fastbean.service" in tls_unit
 
 
 def test_sysusers_file_creates_the_user(tmp_path):

@@ -14,6 +14,7 @@ from fastbean.client import (
     NotFound,
     ServerError,
     check_tube,
+    tls_context,
 )
 from fastbean.ctl.clear import cmd_clear
 from fastbean.ctl.commands import (
@@ -48,7 +49,7 @@ from fastbean.ctl.defaults import (
 UINT32_MAX = (1 << 32) - 1
 
 EPILOG = """\
--l, -p, --timeout and --json may also follow the command.
+-l, -p, --timeout, --json and the TLS options may also follow the command.
 
 exit status:
   0  done
@@ -127,6 +128,20 @@ def build_parser():
                              "(default: %g)" % TIMEOUT_S)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON instead of text")
+    tls = common.add_argument_group("TLS (a fastbean --tls-listen; any of these turns it on)")
+    tls.add_argument("--tls", action="store_true", default=argparse.SUPPRESS,
+                     help="connect over TLS, trusting the system's CA certificates")
+    tls.add_argument("--tls-ca", metavar="FILE", default=argparse.SUPPRESS,
+                     help="trust the CA certificates in FILE (PEM) instead")
+    tls.add_argument("--tls-cert", metavar="FILE", default=argparse.SUPPRESS,
+                     help="show this client certificate (PEM), for a server with --tls-ca")
+    tls.add_argument("--tls-key", metavar="FILE", default=argparse.SUPPRESS,
+                     help="the client certificate's key (default: in the --tls-cert file)")
+    tls.add_argument("--tls-server-name", metavar="NAME", default=argparse.SUPPRESS,
+                     help="the name the server's certificate must hold (default: the -l address)")
+    tls.add_argument("--auth-token-file", metavar="FILE", default=argparse.SUPPRESS,
+                     help="authenticate with the token in FILE (its first line), for a server "
+                          "with --auth-tokens")
 
     parser = ArgParser(prog=PROG, parents=[common], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -198,7 +213,8 @@ def build_parser():
 # -- entry point
 
 COMMON_DEFAULTS = {"addr": ADDR, "port": PORT, "timeout": TIMEOUT_S,
-                   "json": False}
+                   "json": False, "tls": False, "tls_ca": None, "tls_cert": None, "tls_key": None,
+                   "tls_server_name": None, "auth_token_file": None}
 EXIT_FOR = [(UsageError, EXIT_USAGE), (NotFound, EXIT_NOT_FOUND),
             (ServerError, EXIT_SERVER_ERROR), (ConnectError, EXIT_CONNECT),
             (ClientError, EXIT_PROTOCOL)]
@@ -210,6 +226,34 @@ def address_of(addr, port):
     if addr.startswith("unix:"):
         return addr[5:]
     return addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr, port
+
+
+def tls_of(args):
+    """The TLS context the --tls* options ask for, or None."""
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name):
+        return None
+    if args.tls_key and not args.tls_cert:
+        raise UsageError("--tls-key needs --tls-cert")
+    try:
+        return tls_context(args.tls_ca, args.tls_cert, args.tls_key)
+    except OSError as e:        # ssl.SSLError too: a file that is not PEM, a key that does not match
+        files = " ".join(f for f in (args.tls_ca, args.tls_cert, args.tls_key) if f)
+        raise UsageError("cannot use the TLS files %s: %s" % (files, e.strerror or e.args[-1])) from None
+
+
+def token_of(args):
+    """The token in --auth-token-file (kept out of the command line, where ps shows it)."""
+    if args.auth_token_file is None:
+        return None
+    try:
+        with open(args.auth_token_file, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError("--auth-token-file %s: %s" % (args.auth_token_file,
+                                                      getattr(e, "strerror", None) or e)) from None
+    if not token or " " in token:
+        raise UsageError("--auth-token-file %s: no token on its first line" % args.auth_token_file)
+    return token
 
 
 def main(argv=None):
@@ -225,8 +269,12 @@ def main(argv=None):
                 args.body_bytes = (sys.stdin.buffer.read() if args.body == "-"
                                    else os.fsencode(args.body))
 
+            tls = tls_of(args)
+            token = token_of(args)
+
             def connect():
-                return Client(address_of(args.addr, args.port), args.timeout)
+                return Client(address_of(args.addr, args.port), args.timeout, tls=tls,
+                              server_hostname=args.tls_server_name, token=token)
 
             if args.func is cmd_top:
                 return cmd_top(args, connect)

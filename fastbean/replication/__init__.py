@@ -38,11 +38,12 @@ import socket
 import time
 import uuid
 
+from fastbean.client import tls_context
 from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
 from fastbean.logs import counted, event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
-from fastbean.replication.link import Deposed, Link, Quiet, Unavailable
+from fastbean.replication.link import Deposed, Link, Quiet, Unavailable, nats_auth
 from fastbean.replication.log import StreamLog
 
 POLL = 0.25                 # seconds between a standby's looks at the stream and the lease
@@ -58,6 +59,14 @@ class Role(enum.Enum):
     SUSPENDED = "suspended"
 
 
+def nats_tls(config):
+    """The TLS context for NATS from --replicate-ca/-cert/-key, or None (nats-py
+    then makes its own for tls:// URLs, trusting the system's CAs)."""
+    if config.replicate_ca is None and config.replicate_cert is None:
+        return None
+    return tls_context(config.replicate_ca, config.replicate_cert, config.replicate_key)
+
+
 class Replicator:
     """This node's role: when it follows, takes over, serves, suspends or
     rebuilds. The records themselves go through `log` (log.py), which is
@@ -69,7 +78,9 @@ class Replicator:
         self.name = config.node_name or "%s-%s" % (socket.gethostname(), config.port)
         self.timeout = config.replicate_timeout
         self.max_job_size = config.max_job_size
-        self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl)
+        self.link = Link(config.replicate, self.name, config.replicate_stream, config.lease_ttl,
+                         tls=nats_tls(config),
+                         auth=nats_auth(config.replicate_auth_file) if config.replicate_auth_file else None)
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
         self.log = StreamLog(server, self.link, config, self._deposed_by_writer, self._wake_up,
                              self._local_failed, self._must_rebuild)

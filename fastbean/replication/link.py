@@ -86,9 +86,27 @@ def _unavailable(e):
     return isinstance(e, (NatsError, APIError, asyncio.TimeoutError, OSError))
 
 
+def _without_credentials(url):
+    scheme, sep, rest = url.rpartition("://")
+    return scheme + sep + rest.rpartition("@")[2]
+
+
+def nats_auth(path):
+    """nats.connect's credentials from the file of --replicate-auth-file: its first
+    line, USER:PASSWORD or a token. OSError or ValueError if there are none."""
+    with open(path, encoding="utf-8") as f:
+        line = f.readline().strip()
+    if not line:
+        raise ValueError("no USER:PASSWORD or token on its first line")
+    user, sep, password = line.partition(":")
+    return {"user": user, "password": password} if sep else {"token": line}
+
+
 class Link:
-    def __init__(self, urls, name, stream, lease_ttl, callbacks=None):
+    def __init__(self, urls, name, stream, lease_ttl, callbacks=None, tls=None, auth=None):
         self.urls = list(urls)
+        self.tls = tls              # an ssl.SSLContext for NATS servers that speak TLS, or None
+        self.auth = auth or {}      # nats.connect's user and password, or token (--replicate-auth-file)
         self.name = name
         self.stream = stream
         self.subject = stream + ".records"
@@ -110,7 +128,8 @@ class Link:
 
     @property
     def servers(self):
-        return ",".join(self.urls)
+        """The URLs as the log shows them: without the credentials they may hold."""
+        return ",".join(_without_credentials(url) for url in self.urls)
 
     # -- connecting --------------------------------------------------------------
 
@@ -137,7 +156,7 @@ class Link:
         async def on_reconnect():
             self._reconnecting.ok()
             event(logging.WARNING, "nats-reconnected", "replication: connected to NATS at %(server)s",
-                  server=self.nc.connected_url.netloc)
+                  server=self.nc.connected_url.netloc.rpartition("@")[2])
 
         while True:
             try:
@@ -145,7 +164,8 @@ class Link:
                     servers=self.urls, name="fastbean " + self.name, connect_timeout=CONNECT_TIMEOUT,
                     reconnect_time_wait=RECONNECT_WAIT, max_reconnect_attempts=-1,
                     ping_interval=PING_INTERVAL, max_outstanding_pings=MAX_OUTSTANDING_PINGS,
-                    error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect)
+                    error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect,
+                    **({"tls": self.tls} if self.tls is not None else {}), **self.auth)
                 break
             except (NatsError, OSError, asyncio.TimeoutError) as e:
                 self._unreachable.failed(servers=self.servers, error=why(e))
@@ -153,7 +173,7 @@ class Link:
         connected = True
         self._unreachable.ok()
         event(logging.INFO, "nats-connected", "replication: connected to NATS at %(server)s",
-              server=self.nc.connected_url.netloc)
+              server=self.nc.connected_url.netloc.rpartition("@")[2])
         self.max_payload = self.nc.max_payload
         self.js = self.nc.jetstream(timeout=REQUEST_TIMEOUT)
         while True:

@@ -7,8 +7,11 @@ readers limited by size and time. A slow or malformed client gets a 4xx or
 is closed, and cannot hold more than these.
 """
 import asyncio
+import base64
+import binascii
 import logging
 
+from fastbean.config import TLS_HANDSHAKE_TIMEOUT
 from fastbean.logs import event
 from fastbean.server.metrics import CONTENT_TYPE, exposition
 from fastbean.sockets import describe
@@ -18,24 +21,59 @@ REQUEST_TIMEOUT = 10.0          # seconds to send a whole request head (408 afte
 IDLE_TIMEOUT = 60.0             # seconds a connection may send nothing (or not read its answer)
 MAX_CONNECTIONS = 64            # more are answered 503 and closed
 LINGER = 1.0                    # seconds to drop unread input after an answer that closes
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-           408: "Request Timeout", 431: "Request Header Fields Too Large",
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+           405: "Method Not Allowed", 408: "Request Timeout", 429: "Too Many Requests",
+           431: "Request Header Fields Too Large",
            503: "Service Unavailable", 505: "HTTP Version Not Supported"}
 PATHS = ("/metrics", "/healthz", "/readyz")
+CHALLENGE = 'WWW-Authenticate: Bearer realm="fastbean"\r\nWWW-Authenticate: Basic realm="fastbean"\r\n'
+
+
+def credentials_refused(auth, header, address):
+    """None if the Authorization header holds a token of auth (Bearer TOKEN, or
+    Basic with the token's name and the token as password, as Prometheus'
+    basic_auth sends them); else the status to answer: 401, or 429 for an
+    address over the limit of failures."""
+    if auth.limited(address):
+        return 429
+    scheme, _, value = (header or b"").strip().partition(b" ")
+    scheme = scheme.lower()
+    value = value.strip()
+    name = None
+    if scheme == b"basic":
+        try:
+            name, sep, value = base64.b64decode(value, validate=True).partition(b":")
+        except (binascii.Error, ValueError):
+            sep = b""
+        if not sep:
+            scheme = b""
+    if scheme not in (b"bearer", b"basic") or not value:
+        return 401          # no credentials is no failed attempt
+    found = auth.check(value, address)
+    if found is None:
+        event(logging.WARNING, "auth-failed", "%(address)s sent /metrics a token that is not in "
+              "%(path)s", address=address, path=auth.path)
+        return 401
+    if name is not None and name.decode("utf-8", "replace") != found:
+        return 401
+    return None
 
 
 class Endpoint:
     """The listening socket and the connections of the HTTP endpoint."""
 
-    def __init__(self, server):
+    def __init__(self, server, auth=None):
         self.server = server
+        self.auth = auth            # a tokens.TokenAuth /metrics asks for (--metrics-auth), or None
         self.conns = set()
         self._srv = None
 
-    async def start(self, sock):
-        self._srv = await self.server.loop.create_server(lambda: HttpProtocol(self), sock=sock)
-        event(logging.INFO, "metrics", "metrics and health endpoints on http://%(address)s/",
-              address=describe(sock))
+    async def start(self, sock, tls=None):
+        """Serve on sock; over TLS with the SSLContext tls (--metrics-tls)."""
+        options = {"ssl": tls, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT} if tls is not None else {}
+        self._srv = await self.server.loop.create_server(lambda: HttpProtocol(self), sock=sock, **options)
+        event(logging.INFO, "metrics", "metrics and health endpoints on %(scheme)s://%(address)s/",
+              scheme="https" if tls is not None else "http", address=describe(sock))
 
     def close(self):
         if self._srv is not None:
@@ -57,11 +95,14 @@ class HttpProtocol(asyncio.Protocol):
         self._write_paused = False
         self._queued = False
         self._read_paused = False
+        self._address = None
 
     # -- transport callbacks
 
     def connection_made(self, transport):
         self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._address = peer[0] if isinstance(peer, tuple) else "unix"
         if len(self._ep.conns) >= MAX_CONNECTIONS:
             self._respond(503, b"too many connections\n", close=True)
             return
@@ -187,6 +228,11 @@ class HttpProtocol(asyncio.Protocol):
             return self._respond(405, b"GET or HEAD only\n", close=close, allow=True)
         head_only = method == b"HEAD"
         if path == "/metrics":
+            if self._ep.auth is not None:
+                refused = credentials_refused(self._ep.auth, headers.get(b"authorization"), self._address)
+                if refused is not None:
+                    return self._respond(refused, b"a token is needed for /metrics\n", close=close,
+                                         extra=CHALLENGE if refused == 401 else "")
             return self._respond(200, exposition(self._ep.server), CONTENT_TYPE, head_only, close)
         if path == "/healthz":
             return self._respond(200, b"ok\n", head_only=head_only, close=close)
@@ -194,10 +240,10 @@ class HttpProtocol(asyncio.Protocol):
         self._respond(200 if ready else 503, why.encode() + b"\n", head_only=head_only, close=close)
 
     def _respond(self, status, body, ctype="text/plain; charset=utf-8", head_only=False,
-                 close=False, allow=False):
-        head = "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+                 close=False, allow=False, extra=""):
+        head = "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s%s\r\n" % (
             status, REASONS[status], ctype, len(body), "Allow: GET, HEAD\r\n" if allow else "",
-            "Connection: close\r\n" if close else "")
+            "Connection: close\r\n" if close else "", extra)
         self._transport.write(head.encode() + (b"" if head_only else body))
         if close:
             # Closing with request bytes unread would send a reset, which can

@@ -128,6 +128,36 @@ class TracingConnProtocol(ConnProtocol):
         return traced_write, traced_writelines
 
 
+class TlsConnProtocol(ConnProtocol):
+    """A connection to a TLS listener. uvloop's TLS layer calls the protocol
+    only once the handshake succeeded, and never again if it failed: so the
+    engine hears of the connection only then, or a failed handshake would
+    leave it counting a client that never came."""
+
+    __slots__ = ()
+
+    def __init__(self, server):
+        self._server = server
+        self._conn = None
+
+    def connection_made(self, transport):
+        super().__init__(self._server)
+        super().connection_made(transport)
+
+    def eof_received(self):
+        # The TLS layer closes the connection after the client's close_notify
+        # whatever this answers (and warns about a true answer): replies not
+        # written by then are lost, as the client has said it reads no more.
+        self._conn.got_eof()
+        return False
+
+
+class TracingTlsConnProtocol(TlsConnProtocol, TracingConnProtocol):
+    """-VV on a TLS listener."""
+
+    __slots__ = ()
+
+
 class Refused(asyncio.Protocol):
     """A connection to a standby: closed as soon as it is accepted."""
 

@@ -16,15 +16,23 @@ from fastbean.config import (
     SHUTDOWN_GRACE,
     STATUS_INTERVAL,
     TICK_BUDGET,
+    TLS_HANDSHAKE_TIMEOUT,
 )
 from fastbean.engine.core import Core, prefault_arenas, tune_malloc
 from fastbean.errors import BinlogError, BinlogLockedError
 from fastbean.logs import counted, event
 from fastbean.server import busypoll
+from fastbean.server.authgate import AuthConnProtocol, TracingAuthConnProtocol
 from fastbean.server.busypoll import BusyPoll
 from fastbean.server.http import Endpoint
 from fastbean.server.limits import Connections, MemoryCap
-from fastbean.server.protocol import ConnProtocol, Refused, TracingConnProtocol
+from fastbean.server.protocol import (
+    ConnProtocol,
+    Refused,
+    TlsConnProtocol,
+    TracingConnProtocol,
+    TracingTlsConnProtocol,
+)
 from fastbean.server.recovery import Recovery
 from fastbean.server.systemd import Notifier
 
@@ -41,8 +49,10 @@ def new_event_loop():
 
 
 class Server:
-    def __init__(self, config, loop, notifier=None):
+    def __init__(self, config, loop, notifier=None, certificates=None, auth=None):
         self.config = config
+        self.certificates = certificates    # a tls.Certificates with --tls-cert
+        self.auth = auth                    # a tokens.TokenAuth with --auth-tokens (TLS listeners ask)
         self.loop = loop
         self.verbosity = config.verbosity
         self._timer = None
@@ -206,12 +216,35 @@ class Server:
             return False, "binlog failing"
         return True, "ready"
 
-    async def start(self, socks, metrics_sock=None):
+    async def _listen(self, sock, tls):
+        # Plain or TLS is decided here, once per listener: a plain connection's
+        # protocol is the same with TLS configured or not.
+        if tls and self.auth is not None:
+            cls = TracingAuthConnProtocol if self.verbosity >= 2 else AuthConnProtocol
+            options = {"ssl": self.certificates.context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
+        elif tls:
+            cls = TracingTlsConnProtocol if self.verbosity >= 2 else TlsConnProtocol
+            options = {"ssl": self.certificates.context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
+        else:
+            cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
+            options = {}
+
+        def factory():
+            return cls(self) if self.serving else Refused()
+
+        if sock.family == socket.AF_UNIX:
+            srv = await self.loop.create_unix_server(factory, sock=sock, backlog=BACKLOG, **options)
+        else:
+            srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG, **options)
+        self.listeners.append(srv)
+
+    async def start(self, listeners, metrics_sock=None):
+        """Serve on listeners (sockets.Listener: a socket, and whether it speaks TLS)."""
         # The HTTP endpoint and the watchdog come first: /readyz answers 503
         # while the binlog replays, a file at a time between loop turns.
         if metrics_sock is not None:
-            self.endpoint = Endpoint(self)
-            await self.endpoint.start(metrics_sock)
+            self.endpoint = Endpoint(self, self.auth if self.config.metrics_auth else None)
+            await self.endpoint.start(metrics_sock, self.certificates.context if self.config.metrics_tls else None)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
         if self.replicator is not None:
@@ -222,17 +255,8 @@ class Server:
                 self.notifier.status("replaying the binlog: file %d of %d" % (done, total))
                 self.notifier.extend_start(60)
                 await asyncio.sleep(0)
-        cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
-
-        def factory():
-            return cls(self) if self.serving else Refused()
-
-        for sock in socks:
-            if sock.family == socket.AF_UNIX:
-                srv = await self.loop.create_unix_server(factory, sock=sock, backlog=BACKLOG)
-            else:
-                srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG)
-            self.listeners.append(srv)
+        for sock, tls in listeners:
+            await self._listen(sock, tls)
         if self.config.testing:
             event(logging.WARNING, "testing", "--testing: fastbean-reset and "
                   "fastbean-clock-advance are on; never use this flag in production")
@@ -242,6 +266,8 @@ class Server:
                   "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
                   max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        if self.certificates is not None:
+            self.loop.add_signal_handler(signal.SIGHUP, self.reload)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop, sig)
         self.phase = "serving"
@@ -257,10 +283,10 @@ class Server:
         if self.notifier.enabled or self.config.max_memory:
             self._every(STATUS_INTERVAL, self._check)
 
-    async def serve(self, socks, metrics_sock=None):
+    async def serve(self, listeners, metrics_sock=None):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
         self._stopped = self.loop.create_future()
-        await self.start(socks, metrics_sock)
+        await self.start(listeners, metrics_sock)
         # The CLI blocked these signals before it opened the sockets: clients
         # can connect (and signal) before the loop runs. With the handlers in
         # place, whatever came meanwhile is delivered now instead of lost.
@@ -287,6 +313,12 @@ class Server:
         self.notifier.status(self._status())
         if self.memory_cap is not None:
             self.memory_cap.check(self.core)
+
+    def reload(self):
+        """SIGHUP: the TLS certificates and the tokens, from their files again."""
+        self.certificates.reload()
+        if self.auth is not None:
+            self.auth.reload()
 
     def drain(self):
         if not self.core.draining:
@@ -336,15 +368,17 @@ def preload(config):
         import fastbean.replication  # noqa: F401
 
 
-def run(config, listeners, metrics_sock=None):
-    """Serve on the given listening sockets until SIGTERM/SIGINT; return the exit status."""
+def run(config, listeners, metrics_sock=None, certificates=None, auth=None):
+    """Serve on the given listeners (sockets.Listener) until SIGTERM/SIGINT; return
+    the exit status. certificates: the tls.Certificates of the TLS listeners;
+    auth: the tokens.TokenAuth they ask clients for."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_malloc()
     if not prefault_arenas():
         event(logging.WARNING, "no-prefault", "could not start the page-prefault thread; new "
               "memory is faulted in on the loop")
-    server = Server(config, loop)
+    server = Server(config, loop, certificates=certificates, auth=auth)
     status = 0
     try:
         status = loop.run_until_complete(server.serve(listeners, metrics_sock))

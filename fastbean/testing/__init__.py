@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import IO, Union
 
-from fastbean.client import TIMEOUT, Address, Client, ClientError
+from fastbean.client import TIMEOUT, Address, Client, ClientError, tls_context
 from fastbean.errors import FastbeanError, ServerStartError
 
 __all__ = ["server", "Server", "Clock", "ServerStartError", "free_port"]
@@ -36,7 +37,10 @@ Seconds = Union[float, Fraction, datetime.timedelta]
 def server(*args: Arg, host: str = HOST, port: int | None = None,
            unix_socket: bool | StrPath | None = None, binlog_dir: StrPath | None = None,
            testing: bool = False, timeout: float = START_TIMEOUT,
-           env: Mapping[str, str] | None = None, log_path: StrPath | None = None) -> Server:
+           env: Mapping[str, str] | None = None, log_path: StrPath | None = None,
+           tls_cert: StrPath | None = None, tls_key: StrPath | None = None,
+           tls_ca: StrPath | None = None, tls_client: ssl.SSLContext | None = None,
+           auth_token: str | None = None) -> Server:
     """Start `python -m fastbean` and return it running, as a Server.
 
     Use it in a with block, which stops it, or call stop() yourself.
@@ -49,10 +53,18 @@ def server(*args: Arg, host: str = HOST, port: int | None = None,
     timeout: seconds to wait for it to answer. env: the server's environment
     (default: this process's). log_path: append its stderr to this file
     (default: a temporary file; log reads either).
+    tls_cert (and tls_key, tls_ca): serve over TLS only, with these files
+    (--tls-listen, --tls-cert, --tls-key, --tls-ca). tls_client: the
+    ssl.SSLContext that client() and the start-up check connect with (default:
+    one that trusts exactly tls_cert; with tls_ca, give one that holds a
+    client certificate: fastbean.client.tls_context(ca, cert, key)).
+    auth_token: the token client() and the start-up check authenticate with,
+    for a server started with "--auth-tokens", FILE among args.
     Raises ServerStartError, with the server's stderr, if it cannot start.
     """
-    return Server(args, host, port, unix_socket, binlog_dir, testing,
-                  env=env, log_path=log_path).start(timeout)
+    return Server(args, host, port, unix_socket, binlog_dir, testing, env=env, log_path=log_path,
+                  tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca,
+                  tls_client=tls_client, auth_token=auth_token).start(timeout)
 
 
 class Server:
@@ -65,6 +77,9 @@ class Server:
     start() starts it and waits until it answers (server() does both); stop()
     or kill() ends it, and start() starts it again on the same address and
     binlog. The process is only ever signalled by its PID.
+
+    With tls_cert it listens over TLS only, and tls_client is how client()
+    connects (see server()); other clients need the same.
     """
 
     _name = "fastbean"              # what messages call it
@@ -72,8 +87,20 @@ class Server:
     def __init__(self, args: Iterable[Arg] = (), host: str = HOST, port: int | None = None,
                  unix_socket: bool | StrPath | None = None, binlog_dir: StrPath | None = None,
                  testing: bool = False, *, env: Mapping[str, str] | None = None,
-                 log_path: StrPath | None = None) -> None:
+                 log_path: StrPath | None = None, tls_cert: StrPath | None = None,
+                 tls_key: StrPath | None = None, tls_ca: StrPath | None = None,
+                 tls_client: ssl.SSLContext | None = None, auth_token: str | None = None) -> None:
         self.args = [str(a) for a in args]
+        self.auth_token = auth_token
+        self.tls_files = [os.path.abspath(f) if f is not None else None for f in (tls_cert, tls_key, tls_ca)]
+        if tls_cert is None and (tls_key, tls_ca, tls_client) != (None, None, None):
+            raise ValueError("tls_key, tls_ca and tls_client need tls_cert")
+        if tls_ca is not None and tls_client is None:
+            raise ValueError("with tls_ca the server wants a client certificate: give tls_client, "
+                             "e.g. fastbean.client.tls_context(ca, cert, key)")
+        if tls_cert is not None and tls_client is None:
+            tls_client = _pinned(os.fspath(tls_cert))
+        self.tls_client = tls_client
         self.testing = testing
         self.binlog_dir = None if binlog_dir is None else os.path.abspath(binlog_dir)
         self.env = None if env is None else dict(env)
@@ -124,9 +151,9 @@ class Server:
                                          self._proc and self._proc.pid, where)
 
     def client(self, timeout: float | None = TIMEOUT) -> Client:
-        """A new blocking protocol client (fastbean.client.Client) connected to it;
-        close it, or use it in a with block."""
-        return Client(self.address, timeout)
+        """A new blocking protocol client (fastbean.client.Client) connected to it
+        (over TLS with tls_cert); close it, or use it in a with block."""
+        return Client(self.address, timeout, tls=self.tls_client, token=self.auth_token)
 
     # -- process ----------------------------------------------------------------
 
@@ -238,7 +265,14 @@ class Server:
 
     def _command(self) -> list[str]:
         cmd = self._program()
-        if self.unix_socket is not None:
+        cert, key, ca = self.tls_files
+        if cert is not None:
+            where = "unix:" + self.unix_socket if self.unix_socket is not None else \
+                "[%s]:%s" % (self.host, self.port) if ":" in str(self.host) else "%s:%s" % (self.host, self.port)
+            cmd += ["--tls-listen", where, "--tls-cert", cert]
+            cmd += ["--tls-key", key] if key is not None else []
+            cmd += ["--tls-ca", ca] if ca is not None else []
+        elif self.unix_socket is not None:
             cmd += ["-l", "unix:" + self.unix_socket]
         else:
             cmd += ["-l", str(self.host), "-p", str(self.port)]
@@ -299,7 +333,7 @@ class Server:
         """Whether it answers stats with its own pid (not some other server that
         happens to hold the port). One connection, one stats, once it connects."""
         try:
-            with Client(self.address, timeout) as c:
+            with Client(self.address, timeout, tls=self.tls_client, token=self.auth_token) as c:
                 return bool(c.stats().get("pid") == self.pid)
         except ClientError:
             return False
@@ -312,7 +346,7 @@ class Server:
             status = None if self._proc is None else self._proc.returncode
             raise FastbeanError("%s is not running (exit status %s)\n--- its stderr ---\n%s"
                                 % (self._name, status, self.log.rstrip()))
-        with Client(self.address, STOP_TIMEOUT) as c:
+        with self.client(STOP_TIMEOUT) as c:
             reply = c.cmd(line)
         if reply == b"UNKNOWN_COMMAND":
             raise FastbeanError("this fastbean was started without testing=True (--testing), "
@@ -348,6 +382,15 @@ class Clock:
     def offset(self) -> float:
         """Seconds the clock is ahead of real time."""
         return self.advance(0)
+
+
+def _pinned(cert: str) -> ssl.SSLContext:
+    """A client context that trusts exactly the server certificate in cert
+    (self-signed or not): what a test server's clients need by default."""
+    context = tls_context(cert)
+    context.check_hostname = False          # the certificate itself is pinned, whatever it names
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
 
 
 def free_port(host: str = HOST) -> int:

@@ -26,10 +26,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fastbean-unix-socket", action="store_true", default=None,
                     help="serve on a UNIX socket instead of a loopback port "
                          "(ini: fastbean_unix_socket)")
+    group.addoption("--fastbean-tls-cert", metavar="FILE", default=None,
+                    help="serve over TLS only, with this certificate (PEM); the fixtures' "
+                         "client() trusts exactly it (ini: fastbean_tls_cert)")
+    group.addoption("--fastbean-tls-key", metavar="FILE", default=None,
+                    help="the certificate's key (default: in the certificate file) "
+                         "(ini: fastbean_tls_key)")
     parser.addini("fastbean_binlog", "the test server's binlog directory, relative to the "
                                      "rootdir (default: no binlog)", default="")
     parser.addini("fastbean_args", "extra flags for the test server", type="args", default=[])
     parser.addini("fastbean_unix_socket", "serve on a UNIX socket", type="bool", default=False)
+    parser.addini("fastbean_tls_cert", "serve over TLS with this certificate, relative to the "
+                                       "rootdir (default: no TLS)", default="")
+    parser.addini("fastbean_tls_key", "the TLS certificate's key, relative to the rootdir", default="")
+
+
+def _path_option(config: pytest.Config, name: str) -> str | None:
+    """A file named on the command line (as it is) or in the ini file (from the rootdir)."""
+    path: str | None = config.getoption(name)
+    if path is None:
+        path = config.getini(name)
+        if not path:
+            return None
+        path = os.path.join(str(config.rootpath), path)
+    return os.path.abspath(path)
 
 
 def _binlog_dir(config: pytest.Config) -> str | None:
@@ -57,8 +77,10 @@ def fastbean_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         unix = config.getini("fastbean_unix_socket")
     failure: str | None = None
     try:
-        srv = server(*args, unix_socket=bool(unix), binlog_dir=_binlog_dir(config), testing=True)
-    except ServerStartError as e:
+        srv = server(*args, unix_socket=bool(unix), binlog_dir=_binlog_dir(config), testing=True,
+                     tls_cert=_path_option(config, "fastbean_tls_cert"),
+                     tls_key=_path_option(config, "fastbean_tls_key"))
+    except (ServerStartError, ValueError) as e:
         failure = str(e)        # reported outside the except block: one message, no chain
     if failure is not None:
         pytest.fail("the fastbean test server could not start: %s" % failure, pytrace=False)

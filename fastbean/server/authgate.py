@@ -1,0 +1,125 @@
+"""The gate of a TLS listener with --auth-tokens: until a client sends
+`auth <token>` with a token from the file, it is answered only that and
+`quit`, and the engine does not know it exists.
+
+The gate reads in Python; once the client is in, the connection reads
+straight into the engine as any other (uvloop's TLS layer looks up
+data_received at every read, so the gate hands it over by replacing it).
+"""
+import logging
+
+from fastbean.logs import event
+from fastbean.server.protocol import TlsConnProtocol, TracingConnProtocol
+
+AUTH_TIMEOUT = 10.0             # seconds after the handshake to authenticate, or be closed
+MAX_LINE = 224                  # beanstalkd's longest command line, CRLF included
+MAX_REFUSED = 8                 # commands refused before auth, then the connection is closed
+AUTHENTICATED = b"AUTHENTICATED\r\n"
+NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
+
+
+class AuthConnProtocol(TlsConnProtocol):
+    """A connection to a TLS listener that asks for a token first."""
+
+    __slots__ = ("_pending", "_deadline", "_address", "_refused")
+
+    def __init__(self, server):
+        super().__init__(server)
+        self._pending = b""
+        self._deadline = None
+        self._address = None
+        self._refused = 0
+
+    def connection_made(self, transport):
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._address = peer[0] if isinstance(peer, tuple) else "unix"
+        self.data_received = self._before_auth
+        self._deadline = self._server.loop.call_later(AUTH_TIMEOUT, self._too_late)
+
+    def _too_late(self):
+        self._deadline = None
+        event(logging.INFO, "auth-timeout", "%(address)s did not authenticate within %(timeout)gs",
+              address=self._address, timeout=AUTH_TIMEOUT)
+        self._transport.abort()
+
+    def _before_auth(self, data):
+        transport = self._transport
+        self._pending += data
+        while not transport.is_closing():
+            end = self._pending.find(b"\r\n")
+            if end < 0:
+                if len(self._pending) >= MAX_LINE:
+                    transport.write(b"BAD_FORMAT\r\n")
+                    transport.close()
+                return
+            line, self._pending = self._pending[:end], self._pending[end + 2:]
+            verb, _, token = line.partition(b" ")
+            if line == b"quit":
+                transport.close()
+            elif verb != b"auth" or not token:
+                self._refuse()
+            else:
+                self._check(token)
+                if self._conn is not None:
+                    return
+
+    def _refuse(self):
+        # A client that goes on without authenticating, and perhaps without
+        # reading, must not fill the server's memory with refusals.
+        self._transport.write(NOT_AUTHENTICATED)
+        self._refused += 1
+        if self._refused >= MAX_REFUSED:
+            self._transport.close()
+
+    def _check(self, token):
+        auth = self._server.auth
+        if auth.limited(self._address):
+            # unheard: a guesser learns nothing, and costs no hashing
+            self._transport.write(NOT_AUTHENTICATED)
+            self._transport.close()
+            return
+        name = auth.check(token, self._address)
+        if name is None:
+            event(logging.WARNING, "auth-failed", "%(address)s sent a token that is not in "
+                  "%(path)s", address=self._address, path=auth.path)
+            self._refuse()
+            return
+        self._deadline.cancel()
+        self._deadline = None
+        if self._server.verbosity >= 1:
+            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s",
+                  address=self._address, client=name)
+        rest, self._pending = self._pending, b""
+        transport = self._transport
+        transport.write(AUTHENTICATED)
+        # now the engine hears of the connection, and reads go straight to it
+        TlsConnProtocol.connection_made(self, transport)
+        if rest and not transport.is_closing():
+            self.data_received(rest)
+
+    def eof_received(self):
+        if self._conn is None:
+            return False
+        return super().eof_received()
+
+    def connection_lost(self, exc):
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if self._conn is not None:
+            super().connection_lost(exc)
+
+    def pause_writing(self):
+        if self._conn is not None:
+            super().pause_writing()
+
+    def resume_writing(self):
+        if self._conn is not None:
+            super().resume_writing()
+
+
+class TracingAuthConnProtocol(AuthConnProtocol, TracingConnProtocol):
+    """-VV on a TLS listener with tokens (reads are logged once the client is in)."""
+
+    __slots__ = ()
