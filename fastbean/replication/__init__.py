@@ -67,6 +67,17 @@ def nats_tls(config):
     return tls_context(config.replicate_ca, config.replicate_cert, config.replicate_key)
 
 
+async def _cancel(task):
+    """Cancel task and wait until it has ended. On Python 3.11 a cancel that lands
+    just as an inner wait_for (nats-py's requests) completes is swallowed, and the
+    task would run on: ask again until it ends."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    if not task.cancelled():
+        task.exception()        # retrieved: its end was the shutdown's doing
+
+
 class Replicator:
     """This node's role: when it follows, takes over, serves, suspends or
     rebuilds. The records themselves go through `log` (log.py), which is
@@ -120,8 +131,7 @@ class Replicator:
         was_primary = self.role is Role.PRIMARY and not self.publisher.busy
         self.gen += 1
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await _cancel(self._task)
         self.publisher.stop()
         await self.follower.stop()
         if was_primary:
