@@ -276,7 +276,7 @@ class Server:
             # it serves once it is the primary: the replication events say when
             event(logging.INFO, "ready", "started as a standby of stream %(stream)s, connecting to NATS "
                   "at %(servers)s", jobs=self.core.current_jobs, pid=os.getpid(), version=__version__,
-                  stream=self.config.replicate_stream, servers=",".join(self.config.replicate))
+                  stream=self.config.replicate_stream, servers=self.replicator.link.servers)
         else:
             event(logging.INFO, "ready", "serving " + counted(self.core.current_jobs, "job"),
                   jobs=self.core.current_jobs, pid=os.getpid(), version=__version__)
