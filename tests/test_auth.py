@@ -166,7 +166,7 @@ def test_traced_connections_after_auth(pki, tmp_path):
                        b"USING default\r\n") == b"AUTHENTICATED\r\nUSING default\r\n"
     finally:
         s.stop()
-    assert "authenticated as worker" in s.log and "b'list-tube-used\\r\\n'" in s.log
+    assert "authenticated as worker" in s.log and "'list-tube-used\\r\\n'" in s.log, s.log
     assert TOKENS["worker"] not in s.log
 
 

@@ -228,7 +228,7 @@ def test_traced_tls_connections_log_their_reads(pki):
             assert ask(t, b"list-tube-used\r\n") == b"USING default\r\n"
     finally:
         s.stop()
-    assert "b'list-tube-used\\r\\n'" in s.log and "b'USING default\\r\\n'" in s.log
+    assert "'list-tube-used\\r\\n'" in s.log and "'USING default\\r\\n'" in s.log, s.log
 
 
 def test_only_tls_when_no_plain_listener_is_asked_for(pki):
