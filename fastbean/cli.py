@@ -62,6 +62,8 @@ fastbean's own options:
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
+ --strict                answer exactly as beanstalkd 1.12: every protocol extension
+                         (fastbean-stats, flush-tube, ...) is UNKNOWN_COMMAND
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 
@@ -191,10 +193,10 @@ def parse_args(argv, warn=log.warning):
         i += 1
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
-            if name == "testing":
+            if name in ("testing", "strict"):
                 if eq:
-                    raise Usage("--testing takes no value")
-                opts["testing"] = True
+                    raise Usage("--%s takes no value" % name)
+                opts[name] = True
                 continue
             if name not in LONG_OPTIONS:
                 raise Usage("unknown option: %s" % arg)

@@ -153,7 +153,7 @@ def parse_line(line):
             return B
         return ("pause-tube", None if _name_ok(name) else "BAD_FORMAT", name, v)
     if line.startswith(b"fastbean-stats"):
-        return ("fastbean-stats", None) if line == b"fastbean-stats" else B
+        return ("fastbean-stats", None if line == b"fastbean-stats" else "BAD_FORMAT")
     if line.startswith(b"fastbean-reset"):
         return ("fastbean-reset", None if line == b"fastbean-reset" else "BAD_FORMAT")
     if line.startswith(b"fastbean-clock-advance "):

@@ -291,6 +291,11 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
     if op <= OP_PAUSE_TUBE:
         core.cmd_ct[op] += 1
     lat_run(c, op)
+    if is_extension(op):
+        if core.strict:
+            return out_text(c, MSG_UNKNOWN_COMMAND)
+        if cmd.err != ERR_NONE:
+            return out_text(c, err_text(cmd.err))
     if op == OP_PUT:
         return cmd_put(core, c, cmd)
     elif op == OP_PUT_BODY:

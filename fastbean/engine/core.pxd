@@ -263,6 +263,7 @@ cdef class Core:
     cdef int batch_limit                   # commands per connection per run
     cdef readonly uint64_t mem_refused     # puts refused at the memory cap (metrics)
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
+    cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 
     # Metrics (metrics.pxi): reply latency per family as histogram bucket
     # counts (not cumulative) and sums.

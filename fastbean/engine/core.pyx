@@ -20,7 +20,7 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from fastbean.engine.parser cimport Parser
 from fastbean.engine.wire cimport (
-    Cmd, NAME_MAX, name_ok, Text, err_text,
+    Cmd, NAME_MAX, name_ok, is_extension, Text, err_text,
     MSG_BAD_FORMAT, MSG_DRAINING, MSG_OUT_OF_MEMORY, MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND,
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
     MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
@@ -78,7 +78,8 @@ cdef class Core:
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
-                 next_file=None, testing=False, drop_others=None, lease_over=None):
+                 next_file=None, testing=False, strict=False, drop_others=None,
+                 lease_over=None):
         """Limits as the command line sets them, and the hooks (see core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
@@ -90,7 +91,9 @@ cdef class Core:
         replace) makes a binlog file at once when the spare is used up.
         testing=True runs the test-only commands (testing.pxi), whose
         fastbean-reset calls drop_others(conn) to close every other
-        connection and get their Conns. lease_over() says a command came
+        connection and get their Conns. strict=True answers every protocol
+        extension (fastbean-stats, flush-tube...) UNKNOWN_COMMAND, as
+        beanstalkd 1.12 does. lease_over() says a command came
         after the end set by set_lease(). Without hooks (in-process tests)
         the caller calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
@@ -110,6 +113,7 @@ cdef class Core:
         self.commit_soon = commit_soon
         self.next_file = next_file
         self.testing = testing
+        self.strict = strict
         self.drop_others = drop_others
         self.lease_over = lease_over
         self.lease_end = INT64_MAX

@@ -267,8 +267,12 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_QUIT
     elif c == c'f':
         # fastbean's own commands; beanstalkd answers UNKNOWN_COMMAND to these.
+        # A malformed one keeps its op, with err set, so that --strict can
+        # answer UNKNOWN_COMMAND to it as beanstalkd does.
         if _is(s, n, b"fastbean-stats", 14):
-            cmd.op = OP_EXT if n == 14 else OP_BAD_FORMAT
+            cmd.op = OP_EXT
+            if n != 14:
+                cmd.err = ERR_BAD_FORMAT
         # Test-only: a malformed one is still this op, with err set, so that
         # without --testing it gets UNKNOWN_COMMAND like any unknown line.
         elif _is(s, n, b"fastbean-reset", 14):

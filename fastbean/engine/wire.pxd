@@ -44,11 +44,18 @@ cdef enum Op:
     OP_SKIPPED = 27           # a rejected body was swallowed; reply cmd.err now
     OP_UNKNOWN = 28           # UNKNOWN_COMMAND
     OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
-    OP_EXT = 30               # fastbean-stats, fastbean's own command
     # test-only commands, refused with UNKNOWN_COMMAND unless --testing (testing.pxi)
-    OP_TEST_RESET = 31        # fastbean-reset
-    OP_TEST_ADVANCE = 32      # fastbean-clock-advance SECONDS[.FRACTION]
+    OP_TEST_RESET = 30        # fastbean-reset
+    OP_TEST_ADVANCE = 31      # fastbean-clock-advance SECONDS[.FRACTION]
+    # Protocol extensions (docs/protocol-extensions.md), from OP_EXT on:
+    # --strict answers them all UNKNOWN_COMMAND, as beanstalkd does.
+    OP_EXT = 32               # fastbean-stats
     OP_COUNT = 33
+
+
+cdef inline bint is_extension(int op) noexcept nogil:
+    return OP_EXT <= op < OP_COUNT
+
 
 # Errors attached to a recognised command (the command's counter still moves).
 cdef enum Err:
