@@ -156,6 +156,12 @@ def parse_line(line):
         return ("fastbean-stats", None if line == b"fastbean-stats" else "BAD_FORMAT")
     if line.startswith(b"fastbean-reset"):
         return ("fastbean-reset", None if line == b"fastbean-reset" else "BAD_FORMAT")
+    for word in (b"flush-tube", b"flush-buried"):
+        if line.startswith(word):
+            n = line[len(word) + 1:]
+            if line[len(word):len(word) + 1] == b" " and _name_ok(n):
+                return (word.decode(), None, n)
+            return (word.decode(), "BAD_FORMAT")
     if line.startswith(b"fastbean-clock-advance "):
         ns = _seconds_ns(line[23:])
         return ("fastbean-clock-advance", "BAD_FORMAT") if ns is None else (

@@ -278,6 +278,26 @@ class EngineVsModel(RuleBasedStateMachine):
             return b"OK %d\r\n%s\r\n" % (len(body), body)
         assert got == doc(self.model.tubes) + doc(m.watch)
 
+    @rule(i=idx, t=tube)
+    def flush_tube(self, i, t):
+        # every job of the tube goes, reserved ones too (tuber's flush-tube)
+        got = self.send(i, b"flush-tube %s\r\n" % t.encode())
+        gone = [jid for jid, j in self.model.jobs.items() if j.tube == t]
+        for jid in gone:
+            del self.model.jobs[jid]
+        self.model.buried.pop(t, None)
+        self.model.gc(self.mconns())
+        assert got == b"FLUSHED %d\r\n" % len(gone)
+
+    @rule(i=idx, t=tube)
+    def flush_buried(self, i, t):
+        got = self.send(i, b"flush-buried %s\r\n" % t.encode())
+        gone = self.model.buried.pop(t, [])
+        for jid in gone:
+            del self.model.jobs[jid]
+        self.model.gc(self.mconns())
+        assert got == b"FLUSHED %d\r\n" % len(gone)
+
     @precondition(lambda self: len(self.conns) > 1)
     @rule(i=idx)
     def reconnect(self, i):

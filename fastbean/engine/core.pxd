@@ -262,6 +262,9 @@ cdef class Core:
     cdef uint64_t idle_reads               # nreads when that look was armed
     cdef int batch_limit                   # commands per connection per run
     cdef readonly uint64_t mem_refused     # puts refused at the memory cap (metrics)
+    # flush-tube and flush-buried commands run, and the jobs they deleted
+    # (fastbean-stats, metrics; never stats)
+    cdef readonly uint64_t flush_tube_ct, flush_buried_ct, jobs_flushed
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
     cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 
@@ -360,6 +363,7 @@ cdef enum ConnWait:
     WAIT_NONE = 0
     WAIT_JOB = 1              # a blocked reserve: in its watched tubes' waiting sets
     WAIT_KICK = 2             # its kick to finish, KICK_BATCH jobs per loop turn
+    WAIT_FLUSH = 3            # its flush to finish, FLUSH_BATCH jobs per loop turn
 
 
 @cython.final
@@ -408,6 +412,15 @@ cdef class Conn:
     # kick in progress over several loop turns (wait == WAIT_KICK)
     cdef bint kick_buried
     cdef uint32_t kick_left, kick_done
+
+    # flush-tube / flush-buried in progress over several loop turns
+    # (wait == WAIT_FLUSH, flush.pxi)
+    cdef Tube *flush_tube             # the tube, referenced (tube.refs) while it runs
+    cdef bint flush_all               # flush-tube: every state; flush-buried: buried only
+    cdef uint64_t flush_left          # jobs it may still delete (the tube's count when it began)
+    cdef uint64_t flush_done
+    cdef uint64_t *flush_ids          # the tube's reserved jobs when it began (flush-tube)
+    cdef Py_ssize_t flush_nids, flush_pos
 
     cdef bint big_puts                # its last put was big: reads are taken apart (feed_after_big_put)
 

@@ -12,6 +12,7 @@ from fastbean.engine.wire cimport (
     OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES, OP_LIST_TUBE_USED,
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
+    OP_FLUSH_TUBE, OP_FLUSH_BURIED,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
 
@@ -126,6 +127,17 @@ cdef void _set_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
         cmd.name_len = end - p
     else:
         cmd.op = OP_BAD_FORMAT
+
+
+cdef void _ext_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
+    # An extension's "<verb> <tube>": the op is kept when the rest is bad, with
+    # BAD_FORMAT attached, so that --strict can answer UNKNOWN_COMMAND.
+    cmd.op = op
+    if p < end and p[0] == c' ' and name_ok(p + 1, end - p - 1):
+        cmd.name = p + 1
+        cmd.name_len = end - p - 1
+    else:
+        cmd.err = ERR_BAD_FORMAT
 
 
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
@@ -283,6 +295,10 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_TEST_ADVANCE
             if not _read_seconds(s + 23, end, &cmd.advance_ns):
                 cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"flush-tube", 10):
+            _ext_name(cmd, s + 10, end, OP_FLUSH_TUBE)
+        elif _is(s, n, b"flush-buried", 12):
+            _ext_name(cmd, s + 12, end, OP_FLUSH_BURIED)
 
 
 cdef inline int _scan(const char *p, Py_ssize_t avail, Py_ssize_t *linelen) noexcept:
@@ -538,7 +554,8 @@ OP_NAMES = {
     OP_RESERVE_JOB: "reserve-job", OP_KICK_JOB: "kick-job", OP_QUIT: "quit",
     OP_PUT_BODY: "body", OP_SKIPPED: "skipped", OP_UNKNOWN: "UNKNOWN_COMMAND",
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
-    OP_TEST_ADVANCE: "fastbean-clock-advance",
+    OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
+    OP_FLUSH_BURIED: "flush-buried",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -562,6 +579,8 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound)
     if op == OP_RESERVE_TIMEOUT:
         return (name, err, cmd.timeout)
+    if op in (OP_FLUSH_TUBE, OP_FLUSH_BURIED) and err is None:
+        return (name, err, cmd.name[:cmd.name_len])
     if op in (OP_USE, OP_WATCH, OP_IGNORE, OP_STATS_TUBE):
         return (name, err, cmd.name[:cmd.name_len])
     if op == OP_PAUSE_TUBE:

@@ -4,7 +4,7 @@
 # (beanstalkd's enqueue and prottick).
 #
 # Offers: URGENT_PRI, KICK_BATCH, job_unlink, job_make_ready, job_make_delayed,
-#   job_bury, job_reserve, process_queue, kick_one, job_delete, queue_tick,
+#   job_bury, job_reserve, process_queue, kick_one, job_delete, job_drop, queue_tick,
 #   next_deadline, rearm.
 # Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, conn.
 
@@ -138,8 +138,14 @@ cdef int kick_one(Core core, Job *j) except -1:
 
 cdef int job_delete(Core core, Job *j) except -1:
     # delete, and fastbean-reset (testing.pxi)
-    job_unlink(core, j)
     j.tube.cmd_delete += 1
+    return job_drop(core, j)
+
+
+cdef int job_drop(Core core, Job *j) except -1:
+    # Out for good, logged as a delete; stats-tube's cmd-delete counts only
+    # delete commands, so flush-tube (flush.pxi) comes here directly.
+    job_unlink(core, j)
     if core.wal_on and j.wal_file:
         # spends the space reserved at put time; cannot fail for room
         wal_record(core, j, False)

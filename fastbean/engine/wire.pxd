@@ -50,7 +50,9 @@ cdef enum Op:
     # Protocol extensions (docs/protocol-extensions.md), from OP_EXT on:
     # --strict answers them all UNKNOWN_COMMAND, as beanstalkd does.
     OP_EXT = 32               # fastbean-stats
-    OP_COUNT = 33
+    OP_FLUSH_TUBE = 33        # flush-tube <tube> (flush.pxi)
+    OP_FLUSH_BURIED = 34      # flush-buried <tube>
+    OP_COUNT = 35
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -134,6 +136,7 @@ cdef extern from *:
     #define MSG_FOUND           FB_TEXT("FOUND")
     #define MSG_USING           FB_TEXT("USING ")
     #define MSG_ADVANCED        FB_TEXT("ADVANCED")
+    #define MSG_FLUSHED         FB_TEXT("FLUSHED")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -143,6 +146,7 @@ cdef extern from *:
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
+    Text MSG_FLUSHED
 
 
 cdef inline Text err_text(int err) noexcept nogil:

@@ -150,6 +150,13 @@ def exposition(server):
                 [("", rss)])
     _metric(out, "fastbean_puts_refused_memory_total", "counter",
             "Puts answered OUT_OF_MEMORY because of --max-memory.", [("", core.mem_refused)])
+    # The protocol extensions' counters: never in `stats`, whose keys stay beanstalkd's.
+    _metric(out, "fastbean_cmd_flush_tube_total", "counter", "flush-tube commands run.",
+            [("", core.flush_tube_ct)])
+    _metric(out, "fastbean_cmd_flush_buried_total", "counter", "flush-buried commands run.",
+            [("", core.flush_buried_ct)])
+    _metric(out, "fastbean_jobs_flushed_total", "counter",
+            "Jobs deleted by flush-tube and flush-buried.", [("", core.jobs_flushed)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
