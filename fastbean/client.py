@@ -353,6 +353,18 @@ class Client:
         words, _ = self._call(b"kick %d" % bound, b"KICKED")
         return self._int(words)
 
+    def flush_tube(self, tube: str | bytes) -> int:
+        """Delete every job of a tube, reserved ones too (a fastbean and tuber
+        extension); how many were. ServerError UNKNOWN_COMMAND from a server
+        without it (beanstalkd, fastbean --strict)."""
+        words, _ = self._call(b"flush-tube %s" % _tube(tube), b"FLUSHED")
+        return self._int(words)
+
+    def flush_buried(self, tube: str | bytes) -> int:
+        """Delete the buried jobs of a tube (an extension, as flush_tube); how many were."""
+        words, _ = self._call(b"flush-buried %s" % _tube(tube), b"FLUSHED")
+        return self._int(words)
+
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
 

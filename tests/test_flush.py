@@ -127,6 +127,23 @@ def test_pipelined_commands_after_a_flush_wait_for_it(fastbean_server):
         assert c.line() == b"FLUSHED 1"
 
 
+def test_the_python_client_flushes_and_knows_a_server_without_it():
+    from fastbean.client import ServerError
+    with Server("fastbean") as s:
+        s.start()
+        with s.client() as c:
+            fill(c, "t", ready=2, delayed=1, buried=2)
+            assert c.flush_buried("t") == 2
+            assert c.flush_tube(b"t") == 3
+            assert c.flush_tube("nosuch") == 0
+    with Server("fastbean", "--strict") as s:
+        s.start()
+        with s.client() as c:
+            with pytest.raises(ServerError) as e:
+                c.flush_tube("t")
+            assert e.value.reply == b"UNKNOWN_COMMAND"
+
+
 # -- a big flush stalls nobody ------------------------------------------------------------
 
 def test_other_clients_are_answered_while_a_big_flush_runs(fastbean_server):

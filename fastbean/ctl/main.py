@@ -1,5 +1,6 @@
 """fastbean-ctl: the admin command line for any beanstalk-protocol server
-(standard commands only): the arguments and the entry point."""
+(standard commands only, but for flush where the server has it): the
+arguments and the entry point."""
 import argparse
 import os
 import socket
@@ -44,6 +45,7 @@ from fastbean.ctl.defaults import (
     TIMEOUT_S,
     TOP_INTERVAL_S,
 )
+from fastbean.ctl.flush import cmd_flush
 
 UINT32_MAX = (1 << 32) - 1
 
@@ -58,8 +60,8 @@ exit status:
   4  the server answered an error (OUT_OF_MEMORY, DRAINING, JOB_TOO_BIG...)
   5  the connection broke: closed or silent mid-reply, or the peer does not
      speak the beanstalk protocol
-  6  clear left jobs in the tube (reserved by other clients, put meanwhile),
-     or the confirmation was declined
+  6  clear or flush left jobs in the tube (reserved by other clients, put
+     meanwhile), or the confirmation was declined
   130  interrupted
 """
 
@@ -131,7 +133,8 @@ def build_parser():
     parser = ArgParser(prog=PROG, parents=[common], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Inspect and manage a beanstalkd or fastbean server with "
-                                   "the standard protocol commands.")
+                                   "the standard protocol commands (flush uses the server's "
+                                   "flush-tube where it has one).")
     parser.add_argument("--version", action="version", version="%s %s" % (PROG, __version__))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -191,6 +194,14 @@ def build_parser():
     sub = command("clear", cmd_clear, "delete every ready, delayed and buried job of a tube, "
                                       "after a confirmation")
     sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    sub = command("flush", cmd_flush, "delete every job of a tube, reserved ones too, with the "
+                                      "server's flush-tube, after a confirmation (on a server "
+                                      "without it, as clear does)")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("--buried", action="store_true",
+                     help="only the buried jobs (flush-buried)")
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     return parser
 
