@@ -64,6 +64,27 @@ def _seconds_ns(s):
     return whole * 10**9 + int(frac.ljust(9, b"0") or b"0")
 
 
+LIST_STATES = {b"ready": 1, b"reserved": 2, b"buried": 3, b"delayed": 4}
+
+
+def _list_args(rest):
+    """list-tube's "<state> <cursor> <count>" -> (state, key, id, count) or None."""
+    parts = rest.split(b" ")
+    if len(parts) != 3:
+        return None
+    state, cursor, count = parts
+    if state not in LIST_STATES:
+        return None
+    key, dot, id_ = cursor.partition(b".")
+    if not key.isdigit() or int(key) >= 2**64 or (not dot and int(key) != 0):
+        return None
+    if dot and (not id_.isdigit() or not 0 < int(id_) < 2**64):
+        return None
+    if not count.isdigit() or not 1 <= int(count) <= 1000:
+        return None
+    return (LIST_STATES[state], int(key), int(id_ or 0), int(count))
+
+
 def _name_ok(n):
     return 1 <= len(n) <= 200 and n[:1] != b"-" and all(c in NAME_CHARS for c in n)
 
@@ -156,6 +177,9 @@ def parse_line(line):
         return ("fastbean-stats", None if line == b"fastbean-stats" else "BAD_FORMAT")
     if line.startswith(b"fastbean-reset"):
         return ("fastbean-reset", None if line == b"fastbean-reset" else "BAD_FORMAT")
+    if line.startswith(b"list-tube "):
+        args = _list_args(line[10:])
+        return ("list-tube", None) + args if args else ("list-tube", "BAD_FORMAT")
     for word in (b"flush-tube", b"flush-buried"):
         if line.startswith(word):
             n = line[len(word) + 1:]

@@ -298,6 +298,30 @@ class EngineVsModel(RuleBasedStateMachine):
         self.model.gc(self.mconns())
         assert got == b"FLUSHED %d\r\n" % len(gone)
 
+    @rule(i=idx, state=st.sampled_from(["ready", "buried", "reserved"]), count=st.integers(1, 3))
+    def list_tube(self, i, state, count):
+        # every page of the used tube, cursor to cursor: the jobs in the order
+        # they leave the state
+        t = self.mconns()[i].use
+        rows, cursor = [], b"0"
+        for _ in range(100):
+            got = self.send(i, b"list-tube %s %s %d\r\n" % (state.encode(), cursor, count))
+            head, *lines = got.split(b"\r\n")
+            word, n, cursor = head.split()
+            assert word == b"LISTED" and int(n) <= count and lines[int(n):] == [b""]
+            rows += [tuple(int(v) for v in line.split()) for line in lines[:int(n)]]
+            if cursor == b"0":
+                break
+        jobs = [j for j in self.model.jobs.values() if j.tube == t and j.state == state]
+        if state == "ready":
+            jobs.sort(key=lambda j: (j.pri, j.id))
+        elif state == "buried":
+            jobs = [self.model.jobs[jid] for jid in self.model.buried.get(t, [])]
+        else:                   # by time left: the order of the reservations, not modelled
+            rows.sort()
+            jobs.sort(key=lambda j: j.id)
+        assert [(r[0], r[1], r[4]) for r in rows] == [(j.id, j.pri, len(j.body)) for j in jobs]
+
     @precondition(lambda self: len(self.conns) > 1)
     @rule(i=idx)
     def reconnect(self, i):

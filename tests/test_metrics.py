@@ -217,7 +217,7 @@ def test_every_stats_key_is_published_as_the_beanstalkd_exporter_names_it():
         s.stop()
 
 
-def test_flush_counters_are_published_and_stats_is_unchanged():
+def test_extension_counters_are_published_and_stats_is_unchanged():
     s = start()
     try:
         with s.client() as c:
@@ -228,12 +228,14 @@ def test_flush_counters_are_published_and_stats_is_unchanged():
             c.cmd(b"flush-tube f", b"FLUSHED 3")
             c.cmd(b"flush-buried f", b"FLUSHED 0")
             c.cmd(b"flush-buried f", b"FLUSHED 0")
+            c.cmd(b"list-tube ready 0 5", b"LISTED 0 0")
             assert set(c.stats()) == keys
             values, types = samples(scrape(s))
         assert values["fastbean_cmd_flush_tube_total"] == 1
         assert values["fastbean_cmd_flush_buried_total"] == 2
         assert values["fastbean_jobs_flushed_total"] == 3
         assert types["fastbean_jobs_flushed_total"] == "counter"
+        assert values["fastbean_cmd_list_tube_total"] == 1
         assert "cmd_flush_tube" not in types
     finally:
         s.stop()

@@ -16,6 +16,8 @@ EXTENSION_LINES = [
     b"flush-tube default", b"flush-tube", b"flush-tube ", b"flush-tube -x",
     b"flush-tube " + b"a" * 201, b"flush-tubes default", b"flush-buried default",
     b"flush-buried", b"flush-buried -x", b"flush-buried default extra",
+    b"list-tube ready 0 10", b"list-tube buried 0.1 1", b"list-tube ", b"list-tube x 0 1",
+    b"list-tube ready 0 0",
 ]
 
 

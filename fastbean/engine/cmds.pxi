@@ -3,7 +3,7 @@
 #
 # Offers: dispatch, kick_more.
 # Uses: clock, heap, mem, wal, tube, job, walg, stats, metrics, conn, queue,
-#   testing, flush.
+#   testing, flush, list.
 
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:
@@ -345,6 +345,8 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return 0
     elif op == OP_FLUSH_TUBE or op == OP_FLUSH_BURIED:
         return cmd_flush(core, c, cmd)
+    elif op == OP_LIST_TUBE:
+        return cmd_list(core, c, cmd)
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
     elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:

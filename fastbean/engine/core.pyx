@@ -25,12 +25,13 @@ from fastbean.engine.wire cimport (
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
     MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
     MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_RESET, MSG_ADVANCED, MSG_FLUSHED,
+    MSG_LISTED,
     OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
     OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
     OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT, OP_COUNT, OP_TEST_RESET,
-    OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED,
+    OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE,
     ERR_NONE, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
 )
 
@@ -60,6 +61,7 @@ include "held.pxi"
 include "replay.pxi"
 include "testing.pxi"
 include "flush.pxi"
+include "list.pxi"
 include "cmds.pxi"
 include "check.pxi"
 include "run.pxi"
@@ -357,6 +359,7 @@ cdef class Conn:
         free(self.watch)
         free(self.obuf)
         free(self.flush_ids)
+        free(self.list_keys)
         PyMem_Free(self.put_job)        # a body still coming (only if never released)
 
     def attach(self, write, writelines, close):

@@ -12,7 +12,8 @@ from fastbean.engine.wire cimport (
     OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES, OP_LIST_TUBE_USED,
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
-    OP_FLUSH_TUBE, OP_FLUSH_BURIED,
+    OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX,
+    LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
 
@@ -138,6 +139,45 @@ cdef void _ext_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
         cmd.name_len = end - p - 1
     else:
         cmd.err = ERR_BAD_FORMAT
+
+
+cdef const char *_word(const char *p, const char *end, const char *word, Py_ssize_t n) noexcept:
+    # p past `word` and the space after it, or NULL
+    if end - p > n and memcmp(p, word, n) == 0 and p[n] == c' ':
+        return p + n + 1
+    return NULL
+
+
+cdef bint _list_args(Cmd *cmd, const char *q, const char *end) noexcept:
+    # list-tube's "<state> <cursor> <count>", about the tube in use as peek
+    # and kick are (a tube name would not fit a 224-byte line beside a
+    # cursor); the cursor is 0 or "<key>.<id>", as a page's reply gives it.
+    cdef const char *r
+    cdef uint64_t key = 0, id = 0
+    r = _word(q, end, b"ready", 5)
+    cmd.list_state = LIST_READY
+    if r == NULL:
+        r = _word(q, end, b"delayed", 7)
+        cmd.list_state = LIST_DELAYED
+    if r == NULL:
+        r = _word(q, end, b"buried", 6)
+        cmd.list_state = LIST_BURIED
+    if r == NULL:
+        r = _word(q, end, b"reserved", 8)
+        cmd.list_state = LIST_RESERVED
+    if r == NULL or r == end or r[0] == c' ':
+        return False
+    r = _read_uint(r, end, UINT64_MAX, &key)
+    if r != NULL and r + 1 < end and r[0] == c'.' and c'0' <= r[1] <= c'9':
+        r = _read_uint(r + 1, end, UINT64_MAX, &id)
+        if r != NULL and id == 0:
+            return False
+    elif key != 0:
+        return False                # a cursor other than 0 has its id
+    if r == NULL or r == end or r[0] != c' ' or r + 1 == end or r[1] == c' ':
+        return False
+    cmd.after_key, cmd.after_id = key, id
+    return _last_u32(r + 1, end, &cmd.bound) and 1 <= cmd.bound <= LIST_MAX
 
 
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
@@ -274,6 +314,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_LIST_TUBE_USED if n == 14 else OP_BAD_FORMAT
         elif _is(s, n, b"list-tubes", 10):
             cmd.op = OP_LIST_TUBES if n == 10 else OP_BAD_FORMAT
+        elif _is(s, n, b"list-tube ", 10):
+            # fastbean's: the standard ones above take every other list-tube line
+            cmd.op = OP_LIST_TUBE
+            if not _list_args(cmd, s + 10, end):
+                cmd.err = ERR_BAD_FORMAT
     elif c == c'q':
         if _is(s, n, b"quit", 4):
             cmd.op = OP_QUIT
@@ -555,7 +600,7 @@ OP_NAMES = {
     OP_PUT_BODY: "body", OP_SKIPPED: "skipped", OP_UNKNOWN: "UNKNOWN_COMMAND",
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
     OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
-    OP_FLUSH_BURIED: "flush-buried",
+    OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -579,6 +624,8 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound)
     if op == OP_RESERVE_TIMEOUT:
         return (name, err, cmd.timeout)
+    if op == OP_LIST_TUBE and err is None:
+        return (name, err, cmd.list_state, cmd.after_key, cmd.after_id, cmd.bound)
     if op in (OP_FLUSH_TUBE, OP_FLUSH_BURIED) and err is None:
         return (name, err, cmd.name[:cmd.name_len])
     if op in (OP_USE, OP_WATCH, OP_IGNORE, OP_STATS_TUBE):

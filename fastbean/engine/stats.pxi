@@ -130,5 +130,6 @@ cdef bytes ext_yaml(Core core):
         b"cmd-flush-tube: %d\n" % core.flush_tube_ct,
         b"cmd-flush-buried: %d\n" % core.flush_buried_ct,
         b"jobs-flushed: %d\n" % core.jobs_flushed,
+        b"cmd-list-tube: %d\n" % core.list_tube_ct,
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

@@ -8,6 +8,14 @@ from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 cdef enum:
     LINE_MAX = 224          # bytes, CRLF included (11 + 201 + 12: the longest pause-tube)
     NAME_MAX = 200          # bytes of a tube name
+    LIST_MAX = 1000         # jobs in one page of list-tube
+
+# The states list-tube names: the same numbers as the engine's JobState.
+cdef enum ListState:
+    LIST_READY = 1
+    LIST_RESERVED = 2
+    LIST_BURIED = 3
+    LIST_DELAYED = 4
 
 # Opcodes. The order of the command ops is the order of beanstalkd's stats
 # counters, so cmd_ct[op] can be printed by walking a range.
@@ -52,7 +60,8 @@ cdef enum Op:
     OP_EXT = 32               # fastbean-stats
     OP_FLUSH_TUBE = 33        # flush-tube <tube> (flush.pxi)
     OP_FLUSH_BURIED = 34      # flush-buried <tube>
-    OP_COUNT = 35
+    OP_LIST_TUBE = 35         # list-tube <tube> <state> <cursor> <count> (list.pxi)
+    OP_COUNT = 36
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -77,7 +86,10 @@ ctypedef struct Cmd:
     uint32_t ttr              # seconds
     uint32_t nbytes           # declared body size of a put
     int32_t timeout           # reserve-with-timeout, as 1.12's signed int; <0 waits forever
-    uint32_t bound            # kick
+    uint32_t bound            # kick; list-tube's count
+    int list_state            # list-tube: a ListState
+    uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
+    uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
     bint garbage              # put: bytes after the size field
     const char *name          # tube name, borrowed until the next Parser call
@@ -137,6 +149,7 @@ cdef extern from *:
     #define MSG_USING           FB_TEXT("USING ")
     #define MSG_ADVANCED        FB_TEXT("ADVANCED")
     #define MSG_FLUSHED         FB_TEXT("FLUSHED")
+    #define MSG_LISTED          FB_TEXT("LISTED")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -146,7 +159,7 @@ cdef extern from *:
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
-    Text MSG_FLUSHED
+    Text MSG_FLUSHED, MSG_LISTED
 
 
 cdef inline Text err_text(int err) noexcept nogil:

@@ -157,6 +157,8 @@ def exposition(server):
             [("", core.flush_buried_ct)])
     _metric(out, "fastbean_jobs_flushed_total", "counter",
             "Jobs deleted by flush-tube and flush-buried.", [("", core.jobs_flushed)])
+    _metric(out, "fastbean_cmd_list_tube_total", "counter", "list-tube commands run.",
+            [("", core.list_tube_ct)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
