@@ -365,6 +365,26 @@ class Client:
         words, _ = self._call(b"flush-buried %s" % _tube(tube), b"FLUSHED")
         return self._int(words)
 
+    def list_tube(self, state: str, cursor: str = "0",
+                  count: int = 1000) -> tuple[list[tuple[int, int, int, int, int]], str]:
+        """One page of the used tube's jobs in `state` (ready, delayed, buried or
+        reserved), in the order they leave it (list-tube, a fastbean extension):
+        ([(id, pri, age, time_left, bytes)], the next page's cursor, "0" after the
+        last page)."""
+        words, _ = self._call(b"list-tube %s %s %d" % (state.encode(), cursor.encode(), count),
+                              b"LISTED")
+        if len(words) != 3 or not words[1].isdigit():
+            raise self._alien(b" ".join(words))
+        rows = []
+        for _ in range(int(words[1])):
+            line = self.line()
+            fields = line.split()
+            if len(fields) != 5 or not all(f.isdigit() for f in fields):
+                raise self._alien(line)
+            id_, pri, age, left, size = (int(f) for f in fields)
+            rows.append((id_, pri, age, left, size))
+        return rows, words[2].decode()
+
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
 

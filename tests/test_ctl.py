@@ -353,6 +353,26 @@ def test_flush_uses_the_server_command_or_says_it_cannot(server):
     one_line_error(ctl(server.port, "flush", "nosuch", "--yes"), 1, "tube 'nosuch' not found")
 
 
+def test_jobs_lists_a_state_in_order_or_says_the_server_cannot(server):
+    ids = fill(server.port, "t", ready=3, delayed=2)
+    if server.kind == "beanstalkd":
+        one_line_error(ctl(server.port, "jobs", "t", "ready"), 4, "has no list-tube")
+        return
+    text = ok(ctl(server.port, "jobs", "t", "ready"))
+    rows = table_rows(text.replace("TIME-LEFT", "TIME_LEFT"))
+    assert [int(r["ID"]) for r in sorted(rows.values(), key=lambda r: int(r["ID"]))] == \
+        ids["ready"]
+    assert {r["PRI"] for r in rows.values()} == {"2000"}
+    data = json.loads(ok(ctl(server.port, "jobs", "t", "delayed", "--json")))
+    assert data["more"] is False and [j["id"] for j in data["jobs"]] == ids["delayed"]
+    assert 990 <= data["jobs"][0]["time-left"] <= 1000 and data["jobs"][0]["bytes"] == 9
+    text = ok(ctl(server.port, "jobs", "t", "ready", "-n", "2"))
+    assert text.endswith("(more: --limit shows more than 2)\n") and text.count("\n") == 4
+    assert ok(ctl(server.port, "jobs", "t", "buried")) == "no buried jobs in tube 't'\n"
+    one_line_error(ctl(server.port, "jobs", "nosuch", "ready"), 1, "tube 'nosuch' not found")
+    one_line_error(ctl(server.port, "jobs", "t", "urgent"), 2)
+
+
 def test_flush_on_a_strict_fastbean_falls_back():
     with Server("fastbean", "--strict") as s:
         s.start()

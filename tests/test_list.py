@@ -149,3 +149,22 @@ def test_other_clients_are_answered_while_a_big_page_is_gathered(fastbean_server
         for k in range(1, 1001):
             assert c.line() == b"%d 0 0 0 1" % k
         assert answered >= 2, answered
+
+
+def test_the_python_client_pages_and_knows_a_server_without_it():
+    from fastbean.client import ServerError
+    from tests.servers import Server
+    with Server("fastbean") as s:
+        s.start()
+        with s.client() as c:
+            c.use("p")
+            ids = [c.put(b"abc", pri=p) for p in (3, 1, 2)]
+            rows, cursor = c.list_tube("ready", count=2)
+            assert [(r[0], r[1], r[4]) for r in rows] == [(ids[1], 1, 3), (ids[2], 2, 3)]
+            assert c.list_tube("ready", cursor) == ([(ids[0], 3, 0, 0, 3)], "0")
+    with Server("fastbean", "--strict") as s:
+        s.start()
+        with s.client() as c:
+            with pytest.raises(ServerError) as e:
+                c.list_tube("ready")
+            assert e.value.reply == b"UNKNOWN_COMMAND"

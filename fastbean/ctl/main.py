@@ -1,6 +1,6 @@
 """fastbean-ctl: the admin command line for any beanstalk-protocol server
-(standard commands only, but for flush where the server has it): the
-arguments and the entry point."""
+(standard commands only, but for flush where the server has it, and
+jobs): the arguments and the entry point."""
 import argparse
 import os
 import socket
@@ -38,6 +38,7 @@ from fastbean.ctl.defaults import (
     EXIT_PROTOCOL,
     EXIT_SERVER_ERROR,
     EXIT_USAGE,
+    JOBS_LIMIT,
     PORT,
     PROG,
     PUT_PRI,
@@ -46,6 +47,7 @@ from fastbean.ctl.defaults import (
     TOP_INTERVAL_S,
 )
 from fastbean.ctl.flush import cmd_flush
+from fastbean.ctl.jobs import cmd_jobs
 
 UINT32_MAX = (1 << 32) - 1
 
@@ -134,7 +136,7 @@ def build_parser():
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Inspect and manage a beanstalkd or fastbean server with "
                                    "the standard protocol commands (flush uses the server's "
-                                   "flush-tube where it has one).")
+                                   "flush-tube where it has one, jobs needs its list-tube).")
     parser.add_argument("--version", action="version", version="%s %s" % (PROG, __version__))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -165,6 +167,14 @@ def build_parser():
                      help=", ".join(PEEK_STATES))
     sub.add_argument("--raw", action="store_true",
                      help="write only the job body, byte for byte")
+
+    sub = command("jobs", cmd_jobs, "list a tube's jobs in a state, in the order they leave it "
+                                    "(with the server's list-tube)")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("state", metavar="STATE", choices=PEEK_STATES + ("reserved",),
+                     help=", ".join(PEEK_STATES + ("reserved",)))
+    sub.add_argument("-n", "--limit", metavar="N", type=_uint("a count", 1), default=JOBS_LIMIT,
+                     help="show at most N jobs (default: %d)" % JOBS_LIMIT)
 
     sub = command("kick", cmd_kick, "kick up to N buried jobs of a tube (delayed ones if it "
                                     "has no buried job) into the ready queue")
