@@ -73,6 +73,18 @@ def test_flush_tube_deletes_every_state_of_one_tube(fastbean_server):
         assert c.cmd(b"flush-tube gone") == b"FLUSHED 0"
 
 
+def test_a_blocked_worker_whose_job_is_flushed_gets_no_deadline_soon(fastbean_server):
+    # its DEADLINE_SOON timer was for the flushed job: the reserve times out instead
+    with fastbean_server.client() as c, fastbean_server.client(10) as worker:
+        c.use("w")
+        worker.watch("w")
+        held = c.put(b"x", ttr=2)
+        worker.reserve_job(held)
+        worker.send(b"reserve-with-timeout 3\r\n")
+        c.cmd(b"flush-tube w", b"FLUSHED 1")
+        assert worker.line() == b"TIMED_OUT"
+
+
 def test_flush_buried_leaves_the_other_states(fastbean_server):
     with fastbean_server.client() as c:
         ids = fill(c, "t", buried=3)

@@ -6,7 +6,7 @@
 # the FLUSHED reply waits for those records like any reply (flush, conn.pxi).
 #
 # Offers: cmd_flush, flush_more.
-# Uses: tube, job, conn, queue.
+# Uses: clock, tube, job, conn, queue.
 
 cdef enum:
     FLUSH_BATCH = 4096                # jobs one flush deletes per loop turn
@@ -75,6 +75,16 @@ cdef Job *_next_victim(Core core, Conn c) noexcept:
     return NULL
 
 
+cdef int _drop(Core core, Job *j) except -1:
+    # A reserved job's owner may be blocked in a reserve with a timer set
+    # for that job's DEADLINE_SOON: it is set again, as after a TTR runs out.
+    cdef Conn owner = <Conn>j.owner if j.state == JOB_RESERVED else None
+    job_drop(core, j)
+    if owner is not None and owner.wait == WAIT_JOB:
+        conn_retime(core, owner, mono_ns())
+    return 0
+
+
 cdef int flush_more(Core core, Conn c) except -1:
     # At most FLUSH_BATCH jobs per loop turn; the reply waits for the rest,
     # and so do the connection's later commands, but nobody else does.
@@ -85,7 +95,7 @@ cdef int flush_more(Core core, Conn c) except -1:
         if j == NULL:
             c.flush_left = 0
             break
-        job_drop(core, j)
+        _drop(core, j)
         c.flush_left -= 1
         c.flush_done += 1
         n += 1
