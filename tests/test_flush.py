@@ -208,6 +208,39 @@ def test_kill_9_after_flushed_with_f0_keeps_the_flush_and_the_rest(tmp_path):
         s.stop()
 
 
+def test_kill_9_in_the_middle_of_a_flush_loses_nothing_else(tmp_path):
+    # whatever part of the flush was on disk stays done; every other job,
+    # and every job of the tube not yet deleted, comes back whole
+    s = fastbean(tmp_path, "-f", "0")
+    with s.client(60) as c:
+        kept = fill(c, "kept", ready=50, delayed=5, buried=5)
+        c.use("gone")
+        c.send(b"".join(b"put 0 0 60 5\r\ng%04d\r\n" % (k % 10000) for k in range(100000)))
+        gone = [int(c.line().split()[1]) for _ in range(100000)]
+        c.send(b"flush-tube gone\r\n")
+        time.sleep(0.01)
+    os.kill(s.pid, signal.SIGKILL)
+    s.wait()
+    s = fastbean(tmp_path)
+    try:
+        with s.client() as c:
+            assert all(exists(c, j) for ids in kept.values() for j in ids)
+            st = c.stats()
+            left = st["current-jobs-ready"] - 50
+            assert 0 <= left <= len(gone) and st["current-jobs-buried"] == 5
+            if left:
+                c.use("gone")
+                rows = []
+                jid = c.peek_state("ready")[0]
+                assert jid in set(gone)
+                for jid in gone[-3:]:
+                    if exists(c, jid):
+                        rows.append(c.peek(jid))
+                assert all(len(body) == 5 and body.startswith(b"g") for body in rows)
+    finally:
+        s.stop()
+
+
 def test_f0_flushed_waits_for_the_deletes_to_be_durable(tmp_path, gated_fsync):
     gate = gated_fsync()
     gate.unlink()                       # open while the jobs go in
