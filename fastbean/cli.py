@@ -63,7 +63,8 @@ fastbean's own options:
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
  --strict                answer exactly as beanstalkd 1.12: every protocol extension
-                         (fastbean-stats, flush-tube, ...) is UNKNOWN_COMMAND
+                         (fastbean-stats, flush-tube, ...) gets beanstalkd's answer,
+                         UNKNOWN_COMMAND (BAD_FORMAT for reserve-batch)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 

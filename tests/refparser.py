@@ -64,6 +64,17 @@ def _seconds_ns(s):
     return whole * 10**9 + int(frac.ljust(9, b"0") or b"0")
 
 
+def _batch_args(rest):
+    """reserve-batch's " <count>[ <timeout>]" -> (count, timeout) or None."""
+    parts = rest.split(b" ")
+    if parts[0] != b"" or len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[1:]):
+        return None
+    count, timeout = int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+    if not 1 <= count <= 1000 or timeout >= 2**32:
+        return None
+    return (count, timeout)
+
+
 LIST_STATES = {b"ready": 1, b"reserved": 2, b"buried": 3, b"delayed": 4}
 
 
@@ -125,6 +136,9 @@ def parse_line(line):
     if line.startswith(b"reserve-job "):
         v = _last(line[12:], U64)
         return B if v is None else ("reserve-job", None, v)
+    if line.startswith(b"reserve-batch"):
+        args = _batch_args(line[13:])
+        return ("reserve-batch", None) + args if args else ("reserve-batch", "BAD_FORMAT")
     if line.startswith(b"reserve"):
         return ("reserve", None) if line == b"reserve" else B
     if line.startswith(b"delete "):

@@ -126,6 +126,22 @@ class EngineVsModel(RuleBasedStateMachine):
             j.reserves += 1
             assert got == job_reply(b"RESERVED", j)
 
+    @rule(i=idx, n=st.integers(1, 4))
+    def reserve_batch(self, i, n):
+        # without a timeout: what is ready, in reserve order, up to n
+        m = self.mconns()[i]
+        got = self.send(i, b"reserve-batch %d\r\n" % n)
+        taken = []
+        while len(taken) < n:
+            j = self.model.ready_in(m.watch)
+            if j is None:
+                break
+            j.state, j.owner = "reserved", i
+            j.reserves += 1
+            taken.append(j)
+        assert got == b"RESERVED_BATCH %d\r\n" % len(taken) + b"".join(
+            job_reply(b"RESERVED", j) for j in taken)
+
     def pick(self, data, ids):
         return data.draw(st.sampled_from(sorted(ids) + [self.model.next_id + 5]))
 

@@ -229,6 +229,10 @@ def test_extension_counters_are_published_and_stats_is_unchanged():
             c.cmd(b"flush-buried f", b"FLUSHED 0")
             c.cmd(b"flush-buried f", b"FLUSHED 0")
             c.cmd(b"list-tube ready 0 5", b"LISTED 0 0")
+            c.use("default")
+            c.put(b"r")
+            c.cmd(b"reserve-batch 5", b"RESERVED_BATCH 1")
+            assert c.line().startswith(b"RESERVED ") and c.body(1) == b"r"
             assert set(c.stats()) == keys
             values, types = samples(scrape(s))
         assert values["fastbean_cmd_flush_tube_total"] == 1
@@ -236,6 +240,8 @@ def test_extension_counters_are_published_and_stats_is_unchanged():
         assert values["fastbean_jobs_flushed_total"] == 3
         assert types["fastbean_jobs_flushed_total"] == "counter"
         assert values["fastbean_cmd_list_tube_total"] == 1
+        assert values["fastbean_cmd_reserve_batch_total"] == 1
+        assert values["fastbean_jobs_batch_reserved_total"] == 1
         assert "cmd_flush_tube" not in types
     finally:
         s.stop()

@@ -18,7 +18,10 @@ EXTENSION_LINES = [
     b"flush-buried", b"flush-buried -x", b"flush-buried default extra",
     b"list-tube ready 0 10", b"list-tube buried 0.1 1", b"list-tube ", b"list-tube x 0 1",
     b"list-tube ready 0 0",
+    b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0",
 ]
+# beanstalkd reads a line that starts with "reserve" and is no reserve as a bad one
+BAD_FORMAT_LINES = {b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0"}
 
 
 def _replies(server, lines):
@@ -42,7 +45,8 @@ def test_strict_answers_extensions_as_beanstalkd(beanstalkd_replies):
     with Server("fastbean", "--strict") as s:
         s.start()
         assert _replies(s, EXTENSION_LINES) == beanstalkd_replies
-    assert set(beanstalkd_replies[:-1]) == {b"UNKNOWN_COMMAND"}
+    assert beanstalkd_replies[:-1] == [
+        b"BAD_FORMAT" if line in BAD_FORMAT_LINES else b"UNKNOWN_COMMAND" for line in EXTENSION_LINES]
 
 
 def test_without_strict_the_extensions_answer():

@@ -106,6 +106,36 @@ cdef int cmd_reserve(Core core, Conn c, Cmd *cmd) except -1:
     return 0
 
 
+cdef int cmd_reserve_batch(Core core, Conn c, Cmd *cmd) except -1:
+    # tuber's reserve-batch: what is ready now, up to the count; with a
+    # timeout and nothing ready, wait as reserve-with-timeout does, then take
+    # what is ready when the first job comes (batch_answer, queue.pxi).
+    cdef int64_t now = mono_ns()
+    _count_worker(core, c)
+    core.reserve_batch_ct += 1
+    c.batch_count = cmd.bound
+    if _batch_any(c) or cmd.delay == 0 or c.state == CONN_EOF:
+        return batch_answer(core, c, NULL, now)
+    c.batch_count = 0
+    if deadline_soon(c, now):
+        return out_text(c, MSG_DEADLINE_SOON)
+    c.batch_count = cmd.bound
+    c.timeout_at = now + <int64_t>cmd.delay * SEC
+    waiting_add(core, c)
+    lat_blocked(c)
+    conn_retime(core, c, now)
+    return 0
+
+
+cdef inline bint _batch_any(Conn c) noexcept:
+    # a ready job in a watched tube that is not paused
+    cdef Py_ssize_t i
+    for i in range(c.nwatch):
+        if c.watch[i].tube.ready.len and c.watch[i].tube.pause_ns == 0:
+            return True
+    return False
+
+
 cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
     cdef Job *j = job_find(core, cmd.id)
     if j == NULL or j.state == JOB_RESERVED or j.state == JOB_INVALID:
@@ -293,6 +323,8 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
     lat_run(c, op)
     if is_extension(op):
         if core.strict:
+            if rejected_by_beanstalkd_as_bad_format(op):
+                return out_text(c, MSG_BAD_FORMAT)
             return out_text(c, MSG_UNKNOWN_COMMAND)
         if cmd.err != ERR_NONE:
             return out_text(c, err_text(cmd.err))
@@ -347,6 +379,8 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return cmd_flush(core, c, cmd)
     elif op == OP_LIST_TUBE:
         return cmd_list(core, c, cmd)
+    elif op == OP_RESERVE_BATCH:
+        return cmd_reserve_batch(core, c, cmd)
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
     elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:

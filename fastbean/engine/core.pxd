@@ -272,6 +272,7 @@ cdef class Core:
     # (fastbean-stats, metrics; never stats)
     cdef readonly uint64_t flush_tube_ct, flush_buried_ct, jobs_flushed
     cdef readonly uint64_t list_tube_ct    # list-tube commands run (fastbean-stats, metrics)
+    cdef readonly uint64_t reserve_batch_ct, jobs_batch_reserved   # reserve-batch commands, their jobs
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
     cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 
@@ -407,6 +408,7 @@ cdef class Conn:
     cdef bint in_turn                 # in core.turn
     cdef uint64_t served              # core.served when it last ran
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
+    cdef uint32_t batch_count         # a reserve-batch's count while it waits (WAIT_JOB); 0: a reserve
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
     cdef Job *put_job                 # the put in progress, its body being read (in no structure yet)

@@ -12,7 +12,7 @@ from fastbean.engine.wire cimport (
     OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES, OP_LIST_TUBE_USED,
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
-    OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX,
+    OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
     LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
@@ -180,6 +180,22 @@ cdef bint _list_args(Cmd *cmd, const char *q, const char *end) noexcept:
     return _last_u32(r + 1, end, &cmd.bound) and 1 <= cmd.bound <= LIST_MAX
 
 
+cdef bint _batch_args(Cmd *cmd, const char *p, const char *end) noexcept:
+    # reserve-batch's " <count>[ <timeout>]": count 1 to BATCH_MAX, timeout in
+    # seconds (none or 0: do not wait)
+    cmd.delay = 0
+    if p == end or p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return False
+    p = _read_u32(p + 1, end, &cmd.bound)
+    if p == NULL or cmd.bound < 1 or cmd.bound > BATCH_MAX:
+        return False
+    if p == end:
+        return True
+    if p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return False
+    return _last_u32(p + 1, end, &cmd.delay)
+
+
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     # s[0:n] is one command line without its CRLF. Verbs are matched as
     # prefixes in beanstalkd's order, so e.g. "stats-job" (no space) lands on
@@ -253,6 +269,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
                 cmd.timeout = <int32_t><uint32_t>(v & 0xffffffff)
         elif _is(s, n, b"reserve-job ", 12):
             cmd.op = OP_RESERVE_JOB if _last_u64(s + 12, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"reserve-batch", 13):
+            # fastbean's (and tuber's); beanstalkd reads it as a bad reserve
+            cmd.op = OP_RESERVE_BATCH
+            if not _batch_args(cmd, s + 13, end):
+                cmd.err = ERR_BAD_FORMAT
         elif _is(s, n, b"reserve", 7):
             cmd.op = OP_RESERVE if n == 7 else OP_BAD_FORMAT
             cmd.timeout = -1
@@ -600,7 +621,7 @@ OP_NAMES = {
     OP_PUT_BODY: "body", OP_SKIPPED: "skipped", OP_UNKNOWN: "UNKNOWN_COMMAND",
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
     OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
-    OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube",
+    OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -624,6 +645,8 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound)
     if op == OP_RESERVE_TIMEOUT:
         return (name, err, cmd.timeout)
+    if op == OP_RESERVE_BATCH and err is None:
+        return (name, err, cmd.bound, cmd.delay)
     if op == OP_LIST_TUBE and err is None:
         return (name, err, cmd.list_state, cmd.after_key, cmd.after_id, cmd.bound)
     if op in (OP_FLUSH_TUBE, OP_FLUSH_BURIED) and err is None:

@@ -131,5 +131,7 @@ cdef bytes ext_yaml(Core core):
         b"cmd-flush-buried: %d\n" % core.flush_buried_ct,
         b"jobs-flushed: %d\n" % core.jobs_flushed,
         b"cmd-list-tube: %d\n" % core.list_tube_ct,
+        b"cmd-reserve-batch: %d\n" % core.reserve_batch_ct,
+        b"jobs-batch-reserved: %d\n" % core.jobs_batch_reserved,
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

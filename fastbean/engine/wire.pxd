@@ -9,6 +9,7 @@ cdef enum:
     LINE_MAX = 224          # bytes, CRLF included (11 + 201 + 12: the longest pause-tube)
     NAME_MAX = 200          # bytes of a tube name
     LIST_MAX = 1000         # jobs in one page of list-tube
+    BATCH_MAX = 1000        # jobs one reserve-batch takes, as tuber's
 
 # The states list-tube names: the same numbers as the engine's JobState.
 cdef enum ListState:
@@ -60,12 +61,19 @@ cdef enum Op:
     OP_EXT = 32               # fastbean-stats
     OP_FLUSH_TUBE = 33        # flush-tube <tube> (flush.pxi)
     OP_FLUSH_BURIED = 34      # flush-buried <tube>
-    OP_LIST_TUBE = 35         # list-tube <tube> <state> <cursor> <count> (list.pxi)
-    OP_COUNT = 36
+    OP_LIST_TUBE = 35         # list-tube <state> <cursor> <count> (list.pxi)
+    OP_RESERVE_BATCH = 36     # reserve-batch <count> [<timeout>] (queue.pxi)
+    OP_COUNT = 37
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
     return OP_EXT <= op < OP_COUNT
+
+
+cdef inline bint rejected_by_beanstalkd_as_bad_format(int op) noexcept nogil:
+    # beanstalkd reads every line that starts with "reserve" but is not a
+    # reserve as a bad one: --strict answers reserve-batch so too
+    return op == OP_RESERVE_BATCH
 
 
 # Errors attached to a recognised command (the command's counter still moves).
@@ -82,11 +90,11 @@ ctypedef struct Cmd:
     int err
     uint64_t id               # job id (peek, delete, release, bury, touch, kick-job, ...)
     uint32_t pri
-    uint32_t delay            # seconds (put, release, pause-tube)
+    uint32_t delay            # seconds (put, release, pause-tube; reserve-batch's timeout)
     uint32_t ttr              # seconds
     uint32_t nbytes           # declared body size of a put
     int32_t timeout           # reserve-with-timeout, as 1.12's signed int; <0 waits forever
-    uint32_t bound            # kick; list-tube's count
+    uint32_t bound            # kick; list-tube's and reserve-batch's count
     int list_state            # list-tube: a ListState
     uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
     uint64_t after_id
@@ -150,6 +158,7 @@ cdef extern from *:
     #define MSG_ADVANCED        FB_TEXT("ADVANCED")
     #define MSG_FLUSHED         FB_TEXT("FLUSHED")
     #define MSG_LISTED          FB_TEXT("LISTED")
+    #define MSG_RESERVED_BATCH  FB_TEXT("RESERVED_BATCH")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -159,7 +168,7 @@ cdef extern from *:
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
-    Text MSG_FLUSHED, MSG_LISTED
+    Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH
 
 
 cdef inline Text err_text(int err) noexcept nogil:

@@ -159,6 +159,10 @@ def exposition(server):
             "Jobs deleted by flush-tube and flush-buried.", [("", core.jobs_flushed)])
     _metric(out, "fastbean_cmd_list_tube_total", "counter", "list-tube commands run.",
             [("", core.list_tube_ct)])
+    _metric(out, "fastbean_cmd_reserve_batch_total", "counter", "reserve-batch commands run.",
+            [("", core.reserve_batch_ct)])
+    _metric(out, "fastbean_jobs_batch_reserved_total", "counter",
+            "Jobs reserved by reserve-batch commands.", [("", core.jobs_batch_reserved)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
