@@ -1,6 +1,9 @@
-"""reserve-batch (tuber's syntax, docs/protocol-extensions.md) on a real
-server: what is ready in reserve order, waiting with a timeout, DEADLINE_SOON,
-bad input, and a waiter that goes away."""
+"""reserve-batch and delete-batch (tuber's syntax, docs/protocol-extensions.md)
+on a real server: what is ready in reserve order, waiting with a timeout,
+DEADLINE_SOON, a waiter that goes away, deletes by id and their binlog, bad
+input."""
+import os
+import signal
 import time
 
 import pytest
@@ -115,3 +118,73 @@ def test_the_python_client_reserves_a_batch():
             with pytest.raises(ServerError) as e:
                 c.reserve_batch(1)
             assert e.value.reply == b"BAD_FORMAT"       # as beanstalkd reads "reserve-..."
+
+
+def test_delete_batch_deletes_as_delete_would(fastbean_server):
+    with fastbean_server.client() as c, fastbean_server.client() as worker:
+        ids = [c.put(b"x%d" % k) for k in range(5)]
+        held = worker.reserve_job(ids[4])[0]
+        c.watch("default")
+        mine = c.reserve_job(ids[3])[0]
+        assert c.cmd(b"delete-batch %d %d %d %d %d %d" % (
+            ids[0], ids[1], ids[1], mine, held, 999999)) == b"DELETED_BATCH 3 3"
+        assert [c.yaml(b"stats-job %d" % j)["state"] if j in (ids[2], held) else
+                c.cmd(b"stats-job %d" % j) for j in ids] == [
+            b"NOT_FOUND", b"NOT_FOUND", "ready", b"NOT_FOUND", "reserved"]
+        assert worker.cmd(b"delete-batch %d" % held) == b"DELETED_BATCH 1 0"
+        st, tube = c.stats(), c.stats_tube("default")
+        assert (st["cmd-delete"], tube["cmd-delete"]) == (0, 0)     # delete commands only
+        ext = c.yaml(b"fastbean-stats")
+        assert (ext["cmd-delete-batch"], ext["jobs-batch-deleted"]) == (2, 4)
+
+
+def test_a_batch_reserved_and_deleted_stays_deleted_after_kill_9(tmp_path):
+    from tests.servers import Server
+    d = tmp_path / "binlog"
+    d.mkdir()
+    s = Server("fastbean", "-b", str(d), "-f", "0").start()
+    with s.client() as c:
+        ids = [c.put(b"j%d" % k) for k in range(30)]
+        c.watch("default")
+        got = [jid for jid, _ in c.reserve_batch(20)]
+        assert got == ids[:20]
+        assert c.delete_batch(got[:15]) == (15, 0)
+    os.kill(s.pid, signal.SIGKILL)
+    s.wait()
+    b = Server("beanstalkd", "-b", str(d)).start()       # beanstalkd reads the deletes too
+    try:
+        with b.client() as c:
+            st = c.stats()
+            assert (st["current-jobs-ready"], st["current-jobs-reserved"]) == (15, 0)
+            assert c.cmd(b"peek %d" % ids[14]) == b"NOT_FOUND"
+            assert c.peek(ids[15]) == b"j15"
+    finally:
+        b.kill()
+
+
+@pytest.mark.parametrize("line", [
+    b"delete-batch", b"delete-batch ", b"delete-batch  1", b"delete-batch 1 ", b"delete-batch 1  2",
+    b"delete-batch x", b"delete-batch 1 x", b"delete-batch -1", b"delete-batch +1",
+    b"delete-batch 18446744073709551616", b"delete-batchx 1", b"delete-batch 1,2",
+])
+def test_bad_delete_batch_lines_are_bad_format(fastbean_server, line):
+    with fastbean_server.client() as c:
+        c.put(b"kept")
+        assert c.cmd(line) == b"BAD_FORMAT"
+        assert c.stats()["current-jobs-ready"] == 1
+
+
+def test_the_python_client_deletes_a_batch():
+    from fastbean.client import ServerError
+    from tests.servers import Server
+    with Server("fastbean") as s:
+        s.start()
+        with s.client() as c:
+            ids = [c.put(b"j") for _ in range(3)]
+            assert c.delete_batch(ids + [77]) == (3, 1)
+    with Server("fastbean", "--strict") as s:
+        s.start()
+        with s.client() as c:
+            with pytest.raises(ServerError) as e:
+                c.delete_batch([1])
+            assert e.value.reply == b"UNKNOWN_COMMAND"

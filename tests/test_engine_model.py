@@ -173,6 +173,24 @@ class EngineVsModel(RuleBasedStateMachine):
         self.model.gc(self.mconns())
         assert got == b"DELETED\r\n"
 
+    @rule(i=idx, data=st.data())
+    def delete_batch(self, i, data):
+        # each id as delete takes it, repeats and unknown ids included
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.model.jobs) + [self.model.next_id + 5]),
+                                 min_size=1, max_size=6))
+        got = self.send(i, b"delete-batch %s\r\n" % b" ".join(b"%d" % j for j in ids))
+        deleted = 0
+        for jid in ids:
+            j = self.model.jobs.get(jid)
+            if j is None or (j.state == "reserved" and j.owner != i):
+                continue
+            if j.state == "buried":
+                self.model.buried[j.tube].remove(j.id)
+            del self.model.jobs[jid]
+            deleted += 1
+        self.model.gc(self.mconns())
+        assert got == b"DELETED_BATCH %d %d\r\n" % (deleted, len(ids) - deleted)
+
     @rule(i=idx, pri=pri, data=st.data())
     def release(self, i, pri, data):
         jid = self.pick(data, self.model.jobs)

@@ -233,6 +233,7 @@ def test_extension_counters_are_published_and_stats_is_unchanged():
             c.put(b"r")
             c.cmd(b"reserve-batch 5", b"RESERVED_BATCH 1")
             assert c.line().startswith(b"RESERVED ") and c.body(1) == b"r"
+            c.cmd(b"delete-batch 4 5", b"DELETED_BATCH 1 1")
             assert set(c.stats()) == keys
             values, types = samples(scrape(s))
         assert values["fastbean_cmd_flush_tube_total"] == 1
@@ -242,6 +243,8 @@ def test_extension_counters_are_published_and_stats_is_unchanged():
         assert values["fastbean_cmd_list_tube_total"] == 1
         assert values["fastbean_cmd_reserve_batch_total"] == 1
         assert values["fastbean_jobs_batch_reserved_total"] == 1
+        assert values["fastbean_cmd_delete_batch_total"] == 1
+        assert values["fastbean_jobs_batch_deleted_total"] == 1
         assert "cmd_flush_tube" not in types
     finally:
         s.stop()

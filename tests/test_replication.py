@@ -515,7 +515,7 @@ def test_stream_is_compacted_and_binlog_mirrors_it(cluster, nodes, tmp_path):
 
 
 def test_a_flush_survives_a_failover(cluster, nodes, tmp_path):
-    # flush-tube and flush-buried are delete records to the replication log:
+    # flush-tube, flush-buried and delete-batch are delete records to the replication log:
     # the node that takes over has neither the flushed jobs nor lost others.
     for name in ("a", "b"):
         nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
@@ -533,10 +533,14 @@ def test_a_flush_survives_a_failover(cluster, nodes, tmp_path):
             del kept[jid]
         c.cmd(b"flush-tube gone", b"FLUSHED 5000")
         c.cmd(b"flush-buried kept", b"FLUSHED 30")
+        batch = list(kept)[:10]
+        assert c.delete_batch(batch) == (10, 0)
+        for jid in batch:
+            del kept[jid]
     primary.kill()                  # a reply waits for the quorum: nothing more to wait for
     new = find_primary(nodes, exclude=(primary,))
     with new.client() as c:
-        assert job_info(c, gone + buried) == {}
+        assert job_info(c, gone + buried + batch) == {}
         assert job_info(c, kept) == {j: ("kept", int(b[1:]), "ready", b) for j, b in kept.items()}
         assert total_jobs(c) == len(kept)
 

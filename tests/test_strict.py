@@ -19,6 +19,7 @@ EXTENSION_LINES = [
     b"list-tube ready 0 10", b"list-tube buried 0.1 1", b"list-tube ", b"list-tube x 0 1",
     b"list-tube ready 0 0",
     b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0",
+    b"delete-batch 1 2", b"delete-batch", b"delete-batch x",
 ]
 # beanstalkd reads a line that starts with "reserve" and is no reserve as a bad one
 BAD_FORMAT_LINES = {b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0"}

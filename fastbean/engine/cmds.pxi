@@ -155,6 +155,34 @@ cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
     return out_text(c, MSG_DELETED)
 
 
+cdef int cmd_delete_batch(Core core, Conn c, Cmd *cmd) except -1:
+    # tuber's delete-batch: each id as delete would take it (a job reserved
+    # by another connection is not found), then DELETED_BATCH <deleted>
+    # <not found>. Each is logged as a delete; as for flush-tube, stats-tube's
+    # cmd-delete counts delete commands only.
+    cdef const char *p = cmd.name
+    cdef const char *end = cmd.name + cmd.name_len
+    cdef uint64_t id, deleted = 0, missing = 0
+    cdef Job *j
+    core.delete_batch_ct += 1
+    while p < end:
+        id = 0
+        while p < end and p[0] != c' ':
+            id = id * 10 + <uint64_t>(p[0] - c'0')      # the parser checked the digits
+            p += 1
+        p += 1
+        j = job_find(core, id)
+        if j == NULL or j.state == JOB_INVALID or (
+                j.state == JOB_RESERVED and j.owner != <PyObject *>c):
+            missing += 1
+        else:
+            job_drop(core, j)
+            deleted += 1
+    core.jobs_batch_deleted += deleted
+    out_text(c, MSG_DELETED_BATCH)
+    return out_bytes(c, b" %d %d\r\n" % (deleted, missing))
+
+
 cdef int cmd_release(Core core, Conn c, Cmd *cmd) except -1:
     cdef Job *j = job_find(core, cmd.id)
     if not _owns(c, j):
@@ -381,6 +409,8 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return cmd_list(core, c, cmd)
     elif op == OP_RESERVE_BATCH:
         return cmd_reserve_batch(core, c, cmd)
+    elif op == OP_DELETE_BATCH:
+        return cmd_delete_batch(core, c, cmd)
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
     elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:

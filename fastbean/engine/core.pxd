@@ -273,6 +273,7 @@ cdef class Core:
     cdef readonly uint64_t flush_tube_ct, flush_buried_ct, jobs_flushed
     cdef readonly uint64_t list_tube_ct    # list-tube commands run (fastbean-stats, metrics)
     cdef readonly uint64_t reserve_batch_ct, jobs_batch_reserved   # reserve-batch commands, their jobs
+    cdef readonly uint64_t delete_batch_ct, jobs_batch_deleted     # delete-batch commands, their jobs
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
     cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 

@@ -13,6 +13,7 @@ from fastbean.engine.wire cimport (
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
     OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
+    OP_DELETE_BATCH,
     LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
@@ -196,6 +197,22 @@ cdef bint _batch_args(Cmd *cmd, const char *p, const char *end) noexcept:
     return _last_u32(p + 1, end, &cmd.delay)
 
 
+cdef bint _ids(Cmd *cmd, const char *p, const char *end) noexcept:
+    # delete-batch's " <id>[ <id>...]": the engine reads the ids from the
+    # text kept in name/name_len, each checked here as a 64-bit number
+    cdef uint64_t id
+    if p == end:
+        return False
+    cmd.name, cmd.name_len = p + 1, end - p - 1
+    while p < end:
+        if p[0] != c' ' or p + 1 == end or p[1] == c' ':
+            return False
+        p = _read_uint(p + 1, end, UINT64_MAX, &id)
+        if p == NULL:
+            return False
+    return True
+
+
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     # s[0:n] is one command line without its CRLF. Verbs are matched as
     # prefixes in beanstalkd's order, so e.g. "stats-job" (no space) lands on
@@ -288,6 +305,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     elif c == c'd':
         if _is(s, n, b"delete ", 7):
             cmd.op = OP_DELETE if _last_u64(s + 7, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"delete-batch", 12):
+            # fastbean's (and tuber's); beanstalkd does not know it
+            cmd.op = OP_DELETE_BATCH
+            if not _ids(cmd, s + 12, end):
+                cmd.err = ERR_BAD_FORMAT
     elif c == c'b':
         if _is(s, n, b"bury ", 5):
             p = _read_uint(s + 5, end, UINT64_MAX, &cmd.id)
@@ -622,6 +644,7 @@ OP_NAMES = {
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
     OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
     OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
+    OP_DELETE_BATCH: "delete-batch",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -645,6 +668,8 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound)
     if op == OP_RESERVE_TIMEOUT:
         return (name, err, cmd.timeout)
+    if op == OP_DELETE_BATCH and err is None:
+        return (name, err, tuple(int(w) for w in cmd.name[:cmd.name_len].split(b" ")))
     if op == OP_RESERVE_BATCH and err is None:
         return (name, err, cmd.bound, cmd.delay)
     if op == OP_LIST_TUBE and err is None:

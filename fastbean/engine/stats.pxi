@@ -133,5 +133,7 @@ cdef bytes ext_yaml(Core core):
         b"cmd-list-tube: %d\n" % core.list_tube_ct,
         b"cmd-reserve-batch: %d\n" % core.reserve_batch_ct,
         b"jobs-batch-reserved: %d\n" % core.jobs_batch_reserved,
+        b"cmd-delete-batch: %d\n" % core.delete_batch_ct,
+        b"jobs-batch-deleted: %d\n" % core.jobs_batch_deleted,
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

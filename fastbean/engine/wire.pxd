@@ -63,7 +63,8 @@ cdef enum Op:
     OP_FLUSH_BURIED = 34      # flush-buried <tube>
     OP_LIST_TUBE = 35         # list-tube <state> <cursor> <count> (list.pxi)
     OP_RESERVE_BATCH = 36     # reserve-batch <count> [<timeout>] (queue.pxi)
-    OP_COUNT = 37
+    OP_DELETE_BATCH = 37      # delete-batch <id>... (cmds.pxi)
+    OP_COUNT = 38
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -100,7 +101,7 @@ ctypedef struct Cmd:
     uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
     bint garbage              # put: bytes after the size field
-    const char *name          # tube name, borrowed until the next Parser call
+    const char *name          # tube name (delete-batch: its ids), borrowed until the next Parser call
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
 
@@ -159,6 +160,7 @@ cdef extern from *:
     #define MSG_FLUSHED         FB_TEXT("FLUSHED")
     #define MSG_LISTED          FB_TEXT("LISTED")
     #define MSG_RESERVED_BATCH  FB_TEXT("RESERVED_BATCH")
+    #define MSG_DELETED_BATCH   FB_TEXT("DELETED_BATCH")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -168,7 +170,7 @@ cdef extern from *:
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
-    Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH
+    Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH
 
 
 cdef inline Text err_text(int err) noexcept nogil:

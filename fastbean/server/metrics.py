@@ -163,6 +163,10 @@ def exposition(server):
             [("", core.reserve_batch_ct)])
     _metric(out, "fastbean_jobs_batch_reserved_total", "counter",
             "Jobs reserved by reserve-batch commands.", [("", core.jobs_batch_reserved)])
+    _metric(out, "fastbean_cmd_delete_batch_total", "counter", "delete-batch commands run.",
+            [("", core.delete_batch_ct)])
+    _metric(out, "fastbean_jobs_batch_deleted_total", "counter",
+            "Jobs deleted by delete-batch commands.", [("", core.jobs_batch_deleted)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
