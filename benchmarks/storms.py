@@ -12,6 +12,8 @@ server, before anything else, gives the baseline.
 
   delayed-expiry  1,000,000 delayed jobs in an unwatched tube come due together
   kick            `kick 1000000` on 1,000,000 buried jobs
+  flush           `flush-tube` of 1,000,000 buried jobs on fastbean, beside `kick 1000000`
+                  of as many on beanstalkd, which has no flush
   ttr-expiry      200,000 jobs reserved with TTR 1 (over 10 connections) expire
   pipeline-flood  one client writes 100,000 puts in one burst and reads the replies
   many-tubes      roundtrip throughput of 10 connections on a quiet server, then
@@ -20,7 +22,7 @@ server, before anything else, gives the baseline.
 
 Storm duration is how long the server needed, from the storm's start: until
 stats-tube showed every job ready (expiries; polled every 10 ms), until KICKED
-came back (kick), until the last reply (flood). beanstalkd 1.12 loses TTR
+came back (kick), until FLUSHED came back (flush), until the last reply (flood). beanstalkd 1.12 loses TTR
 expiries (upstream issues #380, #262): some of its connections keep their jobs
 reserved long past the TTR, how many varies from run to run. Then its storm is
 smaller than fastbean's, the table says how many jobs did come back, and the
@@ -52,6 +54,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SIZES = {                       # at --scale 1
     "delayed-expiry": 1_000_000,
     "kick": 1_000_000,
+    "flush": 1_000_000,
     "ttr-expiry": 200_000,
     "pipeline-flood": 100_000,
     "many-tubes": 10_000,       # idle connections, and as many tubes
@@ -201,7 +204,8 @@ def delayed_expiry(srv, n, args):
             "due_spread_s": last - first}
 
 
-def kick(srv, n, args):
+def bury_all(srv, n):
+    """n buried jobs in the storm tube; returns a Pipe that uses and watches it."""
     loadgen(srv.port, "put", conns=10, depth=16, body=len(BODY), seconds=0, total=n,
             tube=TUBE.decode())
     pipe = Pipe(srv.port)
@@ -222,16 +226,35 @@ def kick(srv, n, args):
     if buried != n:
         raise RuntimeError("%d jobs buried, not %d" % (buried, n))
     progress("    buried %d jobs in %.1f s" % (n, time.monotonic() - t0))
+    return pipe
 
+
+def one_command_storm(srv, pipe, line, want, args):
+    """The probe across one command that works through the whole storm."""
     probe, probe_end = start_probe(srv.port, args.lead + args.tail, args)
     time.sleep(args.lead)
     t0 = time.monotonic()
-    reply = pipe.exchange(b"kick %d\r\n" % n, 1)
+    reply = pipe.exchange(line, 1)
     done = time.monotonic()
-    if reply != b"KICKED %d\r\n" % n:
-        raise RuntimeError("kick: %r" % reply)
+    if reply != want:
+        raise RuntimeError("%r: %r" % (line, reply))
     pipe.close()
     return {"probe": probe_result(probe), "storm_s": done - t0, "covered": done < probe_end}
+
+
+def kick(srv, n, args):
+    pipe = bury_all(srv, n)
+    return one_command_storm(srv, pipe, b"kick %d\r\n" % n, b"KICKED %d\r\n" % n, args)
+
+
+def flush(srv, n, args):
+    # beanstalkd has no flush-tube: its kick of as many buried jobs is the
+    # yardstick, the other command that works through a whole tube at once
+    pipe = bury_all(srv, n)
+    if srv.kind == "beanstalkd":
+        return one_command_storm(srv, pipe, b"kick %d\r\n" % n, b"KICKED %d\r\n" % n, args)
+    return one_command_storm(srv, pipe, b"flush-tube %s\r\n" % TUBE, b"FLUSHED %d\r\n" % n,
+                             args)
 
 
 def ttr_expiry(srv, n, args):
@@ -315,6 +338,7 @@ def many_tubes(srv, n, args):
 SCENARIOS = {
     "delayed-expiry": delayed_expiry,
     "kick": kick,
+    "flush": flush,
     "ttr-expiry": ttr_expiry,
     "pipeline-flood": pipeline_flood,
     "many-tubes": many_tubes,

@@ -79,6 +79,9 @@ fastbean's own options:
  --auth-tokens FILE      TLS listeners answer only `auth <token>` and `quit` until the
                          client sends a token whose SHA-256 is in FILE (NAME SHA256 lines;
                          reloaded on SIGHUP; see docs/tls.md)
+ --strict                answer exactly as beanstalkd 1.12: every protocol extension
+                         (fastbean-stats, flush-tube, ...) gets beanstalkd's answer,
+                         UNKNOWN_COMMAND (BAD_FORMAT for reserve-batch)
  --testing               for tests only: accept fastbean-reset (deletes every job, closes
                          every connection) and fastbean-clock-advance (moves time forward)
 
@@ -291,7 +294,7 @@ def parse_args(argv, warn=_warn):
                     raise Usage("--%s takes no value" % name)
                 sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
                 return None
-            if name in ("testing", "metrics-tls", "metrics-auth"):
+            if name in ("testing", "strict", "metrics-tls", "metrics-auth"):
                 if eq:
                     raise Usage("--%s takes no value" % name)
                 opts[name.replace("-", "_")] = True

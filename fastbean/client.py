@@ -397,6 +397,59 @@ class Client:
             raise ValueError("a token is one word without spaces or line breaks")
         self._call(b"auth " + data, b"AUTHENTICATED")
 
+    def flush_tube(self, tube: str | bytes) -> int:
+        """Delete every job of a tube, reserved ones too (a fastbean and tuber
+        extension); how many were. ServerError UNKNOWN_COMMAND from a server
+        without it (beanstalkd, fastbean --strict)."""
+        words, _ = self._call(b"flush-tube %s" % _tube(tube), b"FLUSHED")
+        return self._int(words)
+
+    def flush_buried(self, tube: str | bytes) -> int:
+        """Delete the buried jobs of a tube (an extension, as flush_tube); how many were."""
+        words, _ = self._call(b"flush-buried %s" % _tube(tube), b"FLUSHED")
+        return self._int(words)
+
+    def reserve_batch(self, count: int, timeout: int | None = None) -> list[tuple[int, bytes]]:
+        """Reserve up to `count` jobs at once (reserve-batch, a fastbean and tuber
+        extension): [(id, body)] in reserve order, maybe empty. Without a
+        timeout it takes what is ready now; with one (seconds) it waits that
+        long for a first job. ServerError on DEADLINE_SOON, and BAD_FORMAT from
+        a server without it (beanstalkd reads the line as a bad reserve)."""
+        line = b"reserve-batch %d" % count + (b" %d" % timeout if timeout else b"")
+        words, _ = self._call(line, b"RESERVED_BATCH")
+        n = self._int(words)
+        return [self._job(*self._reply("reserve-batch", (b"RESERVED",))) for _ in range(n)]
+
+    def delete_batch(self, ids: Iterable[int]) -> tuple[int, int]:
+        """Delete jobs by id in one command (delete-batch, a fastbean and tuber
+        extension): (deleted, not found). As many ids as fit in a command line
+        (224 bytes); ServerError UNKNOWN_COMMAND from a server without it."""
+        words, _ = self._call(b"delete-batch " + b" ".join(b"%d" % i for i in ids),
+                              b"DELETED_BATCH")
+        if len(words) != 3 or not words[1].isdigit() or not words[2].isdigit():
+            raise self._alien(b" ".join(words))
+        return int(words[1]), int(words[2])
+
+    def list_tube(self, state: str, cursor: str = "0",
+                  count: int = 1000) -> tuple[list[tuple[int, int, int, int, int]], str]:
+        """One page of the used tube's jobs in `state` (ready, delayed, buried or
+        reserved), in the order they leave it (list-tube, a fastbean extension):
+        ([(id, pri, age, time_left, bytes)], the next page's cursor, "0" after the
+        last page)."""
+        words, _ = self._call(b"list-tube %s %s %d" % (state.encode(), cursor.encode(), count),
+                              b"LISTED")
+        if len(words) != 3 or not words[1].isdigit():
+            raise self._alien(b" ".join(words))
+        rows = []
+        for _ in range(int(words[1])):
+            line = self.line()
+            fields = line.split()
+            if len(fields) != 5 or not all(f.isdigit() for f in fields):
+                raise self._alien(line)
+            id_, pri, age, left, size = (int(f) for f in fields)
+            rows.append((id_, pri, age, left, size))
+        return rows, words[2].decode()
+
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
 

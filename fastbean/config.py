@@ -75,6 +75,7 @@ class Config:
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
+    strict: bool = False                  # --strict: every protocol extension off, as beanstalkd 1.12
     replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
     replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
     replicate_ca: Optional[str] = None    # --replicate-ca: TLS to NATS, its servers checked against this CA

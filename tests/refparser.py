@@ -64,6 +64,38 @@ def _seconds_ns(s):
     return whole * 10**9 + int(frac.ljust(9, b"0") or b"0")
 
 
+def _batch_args(rest):
+    """reserve-batch's " <count>[ <timeout>]" -> (count, timeout) or None."""
+    parts = rest.split(b" ")
+    if parts[0] != b"" or len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[1:]):
+        return None
+    count, timeout = int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+    if not 1 <= count <= 1000 or timeout >= 2**32:
+        return None
+    return (count, timeout)
+
+
+LIST_STATES = {b"ready": 1, b"reserved": 2, b"buried": 3, b"delayed": 4}
+
+
+def _list_args(rest):
+    """list-tube's "<state> <cursor> <count>" -> (state, key, id, count) or None."""
+    parts = rest.split(b" ")
+    if len(parts) != 3:
+        return None
+    state, cursor, count = parts
+    if state not in LIST_STATES:
+        return None
+    key, dot, id_ = cursor.partition(b".")
+    if not key.isdigit() or int(key) >= 2**64 or (not dot and int(key) != 0):
+        return None
+    if dot and (not id_.isdigit() or not 0 < int(id_) < 2**64):
+        return None
+    if not count.isdigit() or not 1 <= int(count) <= 1000:
+        return None
+    return (LIST_STATES[state], int(key), int(id_ or 0), int(count))
+
+
 def _name_ok(n):
     return 1 <= len(n) <= 200 and n[:1] != b"-" and all(c in NAME_CHARS for c in n)
 
@@ -104,11 +136,20 @@ def parse_line(line):
     if line.startswith(b"reserve-job "):
         v = _last(line[12:], U64)
         return B if v is None else ("reserve-job", None, v)
+    if line.startswith(b"reserve-batch"):
+        args = _batch_args(line[13:])
+        return ("reserve-batch", None) + args if args else ("reserve-batch", "BAD_FORMAT")
     if line.startswith(b"reserve"):
         return ("reserve", None) if line == b"reserve" else B
     if line.startswith(b"delete "):
         v = _last(line[7:], U64)
         return B if v is None else ("delete", None, v)
+    if line.startswith(b"delete-batch"):
+        words = line[12:].split(b" ")
+        if len(words) < 2 or words[0] != b"" or not all(
+                w.isdigit() and int(w) < 2**64 for w in words[1:]):
+            return ("delete-batch", "BAD_FORMAT")
+        return ("delete-batch", None, tuple(int(w) for w in words[1:]))
     if line.startswith(b"release "):
         a = _uint(line[8:], U64)
         b = a and _uint(a[1], U32)
@@ -153,9 +194,18 @@ def parse_line(line):
             return B
         return ("pause-tube", None if _name_ok(name) else "BAD_FORMAT", name, v)
     if line.startswith(b"fastbean-stats"):
-        return ("fastbean-stats", None) if line == b"fastbean-stats" else B
+        return ("fastbean-stats", None if line == b"fastbean-stats" else "BAD_FORMAT")
     if line.startswith(b"fastbean-reset"):
         return ("fastbean-reset", None if line == b"fastbean-reset" else "BAD_FORMAT")
+    if line.startswith(b"list-tube "):
+        args = _list_args(line[10:])
+        return ("list-tube", None) + args if args else ("list-tube", "BAD_FORMAT")
+    for word in (b"flush-tube", b"flush-buried"):
+        if line.startswith(word):
+            n = line[len(word) + 1:]
+            if line[len(word):len(word) + 1] == b" " and _name_ok(n):
+                return (word.decode(), None, n)
+            return (word.decode(), "BAD_FORMAT")
     if line.startswith(b"fastbean-clock-advance "):
         ns = _seconds_ns(line[23:])
         return ("fastbean-clock-advance", "BAD_FORMAT") if ns is None else (

@@ -312,6 +312,77 @@ def test_clear_asks_and_reports_what_is_left(server):
     one_line_error(ctl(server.port, "clear", "t", "--yes"), 1, "tube 't' not found")
 
 
+def test_flush_uses_the_server_command_or_says_it_cannot(server):
+    fill(server.port, "t", ready=5, delayed=2, buried=3)
+    fill(server.port, "keep", ready=2)
+    server_side = server.kind == "fastbean"
+    with server.client() as holder:
+        with server.client() as c:
+            c.use("t")
+            c.put(b"to be held", pri=0)
+        held = reserve_from(holder, "t")
+        before = tube_stats(server.port, "t")
+        result = ctl(server.port, "flush", "t", stdin=b"n\n")
+        assert result.returncode == 6 and result.stdout == b"", result
+        assert "Delete 11 jobs (5 ready, 2 delayed, 3 buried, 1 reserved) from tube 't' on " \
+               "127.0.0.1:%d? [y/N] " % server.port in result.stderr.decode()
+        assert tube_stats(server.port, "t") == before
+
+        result = ctl(server.port, "flush", "t", stdin=b"y\n")
+        if server_side:
+            assert result.returncode == 0, result
+            assert result.stdout.decode() == \
+                "flushed 11 jobs from tube 't' with the server's flush-tube\n"
+            assert holder.cmd(b"delete %d" % held) == b"NOT_FOUND"
+        else:
+            assert result.returncode == 6, result
+            assert "has no flush-tube" in result.stderr.decode()
+            assert result.stdout.decode() == ("flushed 10 jobs from tube 't' with peek and delete\n"
+                                              "left 1 job (1 reserved)\n")
+            holder.cmd(b"delete %d" % held, b"DELETED")
+    assert tube_stats(server.port, "keep")["current-jobs-ready"] == 2
+
+    ids = fill(server.port, "b", ready=4, buried=3)
+    result = ctl(server.port, "flush", "b", "--buried", "--yes", "--json")
+    assert result.returncode == 0, result
+    assert json.loads(result.stdout) == {
+        "tube": "b", "flushed": 3, "server_side": server_side,
+        "left": {"ready": 4, "delayed": 0, "buried": 0, "reserved": 0}}
+    with server.client() as c:
+        assert all(c.cmd(b"peek %d" % j) == b"NOT_FOUND" for j in ids["buried"])
+    one_line_error(ctl(server.port, "flush", "nosuch", "--yes"), 1, "tube 'nosuch' not found")
+
+
+def test_jobs_lists_a_state_in_order_or_says_the_server_cannot(server):
+    ids = fill(server.port, "t", ready=3, delayed=2)
+    if server.kind == "beanstalkd":
+        one_line_error(ctl(server.port, "jobs", "t", "ready"), 4, "has no list-tube")
+        return
+    text = ok(ctl(server.port, "jobs", "t", "ready"))
+    rows = table_rows(text.replace("TIME-LEFT", "TIME_LEFT"))
+    assert [int(r["ID"]) for r in sorted(rows.values(), key=lambda r: int(r["ID"]))] == \
+        ids["ready"]
+    assert {r["PRI"] for r in rows.values()} == {"2000"}
+    data = json.loads(ok(ctl(server.port, "jobs", "t", "delayed", "--json")))
+    assert data["more"] is False and [j["id"] for j in data["jobs"]] == ids["delayed"]
+    assert 990 <= data["jobs"][0]["time-left"] <= 1000 and data["jobs"][0]["bytes"] == 9
+    text = ok(ctl(server.port, "jobs", "t", "ready", "-n", "2"))
+    assert text.endswith("(more: --limit shows more than 2)\n") and text.count("\n") == 4
+    assert ok(ctl(server.port, "jobs", "t", "buried")) == "no buried jobs in tube 't'\n"
+    one_line_error(ctl(server.port, "jobs", "nosuch", "ready"), 1, "tube 'nosuch' not found")
+    one_line_error(ctl(server.port, "jobs", "t", "urgent"), 2)
+
+
+def test_flush_on_a_strict_fastbean_falls_back():
+    with Server("fastbean", "--strict") as s:
+        s.start()
+        fill(s.port, "t", ready=3, buried=1)
+        result = ctl(s.port, "flush", "t", "--yes")
+        assert result.returncode == 0, result
+        assert "has no flush-tube (beanstalkd, or fastbean --strict)" in result.stderr.decode()
+        assert result.stdout.decode() == "flushed 4 jobs from tube 't' with peek and delete\n"
+
+
 # -- addresses, failures and bad input
 
 @pytest.mark.parametrize("kind", ["fastbean", "beanstalkd"])

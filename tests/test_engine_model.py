@@ -126,6 +126,22 @@ class EngineVsModel(RuleBasedStateMachine):
             j.reserves += 1
             assert got == job_reply(b"RESERVED", j)
 
+    @rule(i=idx, n=st.integers(1, 4))
+    def reserve_batch(self, i, n):
+        # without a timeout: what is ready, in reserve order, up to n
+        m = self.mconns()[i]
+        got = self.send(i, b"reserve-batch %d\r\n" % n)
+        taken = []
+        while len(taken) < n:
+            j = self.model.ready_in(m.watch)
+            if j is None:
+                break
+            j.state, j.owner = "reserved", i
+            j.reserves += 1
+            taken.append(j)
+        assert got == b"RESERVED_BATCH %d\r\n" % len(taken) + b"".join(
+            job_reply(b"RESERVED", j) for j in taken)
+
     def pick(self, data, ids):
         return data.draw(st.sampled_from(sorted(ids) + [self.model.next_id + 5]))
 
@@ -156,6 +172,24 @@ class EngineVsModel(RuleBasedStateMachine):
         del self.model.jobs[jid]
         self.model.gc(self.mconns())
         assert got == b"DELETED\r\n"
+
+    @rule(i=idx, data=st.data())
+    def delete_batch(self, i, data):
+        # each id as delete takes it, repeats and unknown ids included
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.model.jobs) + [self.model.next_id + 5]),
+                                 min_size=1, max_size=6))
+        got = self.send(i, b"delete-batch %s\r\n" % b" ".join(b"%d" % j for j in ids))
+        deleted = 0
+        for jid in ids:
+            j = self.model.jobs.get(jid)
+            if j is None or (j.state == "reserved" and j.owner != i):
+                continue
+            if j.state == "buried":
+                self.model.buried[j.tube].remove(j.id)
+            del self.model.jobs[jid]
+            deleted += 1
+        self.model.gc(self.mconns())
+        assert got == b"DELETED_BATCH %d %d\r\n" % (deleted, len(ids) - deleted)
 
     @rule(i=idx, pri=pri, data=st.data())
     def release(self, i, pri, data):
@@ -277,6 +311,50 @@ class EngineVsModel(RuleBasedStateMachine):
             body = b"---\n" + b"".join(b"- %s\n" % n.encode() for n in names)
             return b"OK %d\r\n%s\r\n" % (len(body), body)
         assert got == doc(self.model.tubes) + doc(m.watch)
+
+    @rule(i=idx, t=tube)
+    def flush_tube(self, i, t):
+        # every job of the tube goes, reserved ones too (tuber's flush-tube)
+        got = self.send(i, b"flush-tube %s\r\n" % t.encode())
+        gone = [jid for jid, j in self.model.jobs.items() if j.tube == t]
+        for jid in gone:
+            del self.model.jobs[jid]
+        self.model.buried.pop(t, None)
+        self.model.gc(self.mconns())
+        assert got == b"FLUSHED %d\r\n" % len(gone)
+
+    @rule(i=idx, t=tube)
+    def flush_buried(self, i, t):
+        got = self.send(i, b"flush-buried %s\r\n" % t.encode())
+        gone = self.model.buried.pop(t, [])
+        for jid in gone:
+            del self.model.jobs[jid]
+        self.model.gc(self.mconns())
+        assert got == b"FLUSHED %d\r\n" % len(gone)
+
+    @rule(i=idx, state=st.sampled_from(["ready", "buried", "reserved"]), count=st.integers(1, 3))
+    def list_tube(self, i, state, count):
+        # every page of the used tube, cursor to cursor: the jobs in the order
+        # they leave the state
+        t = self.mconns()[i].use
+        rows, cursor = [], b"0"
+        for _ in range(100):
+            got = self.send(i, b"list-tube %s %s %d\r\n" % (state.encode(), cursor, count))
+            head, *lines = got.split(b"\r\n")
+            word, n, cursor = head.split()
+            assert word == b"LISTED" and int(n) <= count and lines[int(n):] == [b""]
+            rows += [tuple(int(v) for v in line.split()) for line in lines[:int(n)]]
+            if cursor == b"0":
+                break
+        jobs = [j for j in self.model.jobs.values() if j.tube == t and j.state == state]
+        if state == "ready":
+            jobs.sort(key=lambda j: (j.pri, j.id))
+        elif state == "buried":
+            jobs = [self.model.jobs[jid] for jid in self.model.buried.get(t, [])]
+        else:                   # by time left: the order of the reservations, not modelled
+            rows.sort()
+            jobs.sort(key=lambda j: j.id)
+        assert [(r[0], r[1], r[4]) for r in rows] == [(j.id, j.pri, len(j.body)) for j in jobs]
 
     @precondition(lambda self: len(self.conns) > 1)
     @rule(i=idx)

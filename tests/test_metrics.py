@@ -217,6 +217,39 @@ def test_every_stats_key_is_published_as_the_beanstalkd_exporter_names_it():
         s.stop()
 
 
+def test_extension_counters_are_published_and_stats_is_unchanged():
+    s = start()
+    try:
+        with s.client() as c:
+            keys = set(c.stats())
+            c.cmd(b"use f")
+            for _ in range(3):
+                c.put(b"x")
+            c.cmd(b"flush-tube f", b"FLUSHED 3")
+            c.cmd(b"flush-buried f", b"FLUSHED 0")
+            c.cmd(b"flush-buried f", b"FLUSHED 0")
+            c.cmd(b"list-tube ready 0 5", b"LISTED 0 0")
+            c.use("default")
+            c.put(b"r")
+            c.cmd(b"reserve-batch 5", b"RESERVED_BATCH 1")
+            assert c.line().startswith(b"RESERVED ") and c.body(1) == b"r"
+            c.cmd(b"delete-batch 4 5", b"DELETED_BATCH 1 1")
+            assert set(c.stats()) == keys
+            values, types = samples(scrape(s))
+        assert values["fastbean_cmd_flush_tube_total"] == 1
+        assert values["fastbean_cmd_flush_buried_total"] == 2
+        assert values["fastbean_jobs_flushed_total"] == 3
+        assert types["fastbean_jobs_flushed_total"] == "counter"
+        assert values["fastbean_cmd_list_tube_total"] == 1
+        assert values["fastbean_cmd_reserve_batch_total"] == 1
+        assert values["fastbean_jobs_batch_reserved_total"] == 1
+        assert values["fastbean_cmd_delete_batch_total"] == 1
+        assert values["fastbean_jobs_batch_deleted_total"] == 1
+        assert "cmd_flush_tube" not in types
+    finally:
+        s.stop()
+
+
 def test_per_tube_series_are_capped_and_the_rest_summed():
     s = start("--metrics-tubes", "3")
     try:

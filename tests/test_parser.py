@@ -84,7 +84,11 @@ WORDS = [b"put ", b"peek ", b"peek-ready", b"peek-delayed", b"peek-buried", b"re
          b"reserve-with-timeout ", b"reserve-job ", b"delete ", b"release ", b"bury ", b"kick ",
          b"kick-job ", b"touch ", b"stats", b"stats-job ", b"stats-tube ", b"use ", b"watch ",
          b"ignore ", b"list-tubes", b"list-tube-used", b"list-tubes-watched", b"pause-tube",
-         b"quit", b"fastbean-stats", b"fastbean-reset", b"fastbean-clock-advance "]
+         b"quit", b"fastbean-stats", b"fastbean-reset", b"fastbean-clock-advance ",
+         b"flush-tube ", b"flush-tube", b"flush-buried ", b"flush-buried", b"list-tube ",
+         b"list-tube ready 0 ", b"list-tube delayed ", b"list-tube buried 7.3 ",
+         b"list-tube reserved 0.1 1000", b"reserve-batch", b"reserve-batch ", b"reserve-batch 5 ",
+         b"delete-batch", b"delete-batch ", b"delete-batch 1 "]
 PIECES = [b"0", b"1", b"5", b"42", b"-1", b"+3", b"4294967295", b"4294967296",
           b"18446744073709551616", b" ", b"  ", b"\t", b"x", b"foo", b"-x", b"a" * 120,
           b"\r", b"\n", b"\0", b"\r\n", b".", b".5", b".123456789", b".0000000001"]

@@ -514,6 +514,37 @@ def test_stream_is_compacted_and_binlog_mirrors_it(cluster, nodes, tmp_path):
         lone.stop()
 
 
+def test_a_flush_survives_a_failover(cluster, nodes, tmp_path):
+    # flush-tube, flush-buried and delete-batch are delete records to the replication log:
+    # the node that takes over has neither the flushed jobs nor lost others.
+    for name in ("a", "b"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    with primary.client() as c:
+        c.use("gone")
+        gone = [c.put(b"g%d" % i) for i in range(5000)]
+        c.use("kept")
+        c.watch("kept")
+        kept = {c.put(b"k%d" % i, pri=i): b"k%d" % i for i in range(300)}
+        buried = list(kept)[:30]
+        for jid in buried:
+            c.reserve_job(jid)
+            c.cmd(b"bury %d 0" % jid, b"BURIED")
+            del kept[jid]
+        c.cmd(b"flush-tube gone", b"FLUSHED 5000")
+        c.cmd(b"flush-buried kept", b"FLUSHED 30")
+        batch = list(kept)[:10]
+        assert c.delete_batch(batch) == (10, 0)
+        for jid in batch:
+            del kept[jid]
+    primary.kill()                  # a reply waits for the quorum: nothing more to wait for
+    new = find_primary(nodes, exclude=(primary,))
+    with new.client() as c:
+        assert job_info(c, gone + buried + batch) == {}
+        assert job_info(c, kept) == {j: ("kept", int(b[1:]), "ready", b) for j, b in kept.items()}
+        assert total_jobs(c) == len(kept)
+
+
 def test_replicated_binlog_directory_must_be_a_mirror(cluster, tmp_path):
     # A directory with a binlog of a lone server is not emptied by --replicate.
     lone = Server("fastbean", "-b", tmp_path).start()

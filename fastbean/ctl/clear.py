@@ -47,18 +47,14 @@ def _deletable(left):
     return sum(left[state] for state in PEEK_STATES)
 
 
-def _confirm(args, client, left):
-    if left["reserved"]:
-        sys.stderr.write("%s reserved by other clients cannot be deleted and will be "
-                         "left.\n" % _count(left["reserved"], "job"))
-    sys.stderr.write("Delete %s (%d ready, %d delayed, %d buried) from tube %s on %s? [y/N] " % (
-        _count(_deletable(left), "job"), left["ready"], left["delayed"], left["buried"],
-        _quoted(args.tube), client.where))
+def ask(question, command):
+    """question on stderr, the answer from stdin: True for y or yes."""
+    sys.stderr.write(question + " [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline()
     if not answer:
         sys.stderr.write("\n")
-        _warn("no answer on stdin, nothing deleted (--yes clears without asking)")
+        _warn("no answer on stdin, nothing deleted (--yes %ss without asking)" % command)
         return False
     if answer.strip().lower() not in ("y", "yes"):
         _warn("cancelled, nothing deleted")
@@ -66,11 +62,21 @@ def _confirm(args, client, left):
     return True
 
 
-class Clearing:
-    """Deletes a tube's ready, delayed and buried jobs with peek and delete."""
+def _confirm(args, client, left):
+    if left["reserved"]:
+        sys.stderr.write("%s reserved by other clients cannot be deleted and will be "
+                         "left.\n" % _count(left["reserved"], "job"))
+    return ask("Delete %s (%d ready, %d delayed, %d buried) from tube %s on %s?" % (
+        _count(_deletable(left), "job"), left["ready"], left["delayed"], left["buried"],
+        _quoted(args.tube), client.where), "clear")
 
-    def __init__(self, client, tube, total):
-        self.client, self.tube = client, tube
+
+class Clearing:
+    """Deletes a tube's jobs in `states` (ready, delayed and buried by default)
+    with peek and delete."""
+
+    def __init__(self, client, tube, total, states=PEEK_STATES):
+        self.client, self.tube, self.states = client, tube, states
         self.total = total          # jobs to delete as last counted, for the progress bar
         self.deleted = self.missed = self.streak = 0
         self.progress = Progress(sys.stderr)
@@ -87,7 +93,7 @@ class Clearing:
             # passes over the three states until one finds nothing: delayed jobs turn
             # ready, and other clients bury and release, while this runs
             found = False
-            for state in PEEK_STATES:
+            for state in self.states:
                 try:
                     job = self.client.peek_state(state)
                 except NotFound:
@@ -105,7 +111,8 @@ class Clearing:
     def show(self):
         if self.progress.on and time.monotonic() - self.recounted_at > RECOUNT_EVERY_S:
             self.recounted_at = time.monotonic()
-            self.total = self.deleted + _deletable(_left(self.client.stats_tube(self.tube)))
+            left = _left(self.client.stats_tube(self.tube))
+            self.total = self.deleted + sum(left[state] for state in self.states)
         self.progress.draw(self.deleted, self.total)
 
 

@@ -12,6 +12,8 @@ CLEAR_MAX_MISSES = 1000            # clear gives up after this many deletes in a
                                    # lose a race with other clients for the job
 PROGRESS_EVERY_S = 0.1             # redraw the clear progress bar at most this often
 RECOUNT_EVERY_S = 0.5              # and ask the server how many jobs remain this often
+LIST_PAGE = 1000                   # jobs: list-tube's largest page
+JOBS_LIMIT = 100                   # jobs --limit: jobs shown
 
 # exit statuses (documented in the --help epilog)
 EXIT_OK = 0

@@ -1,5 +1,6 @@
 """fastbean-ctl: the admin command line for any beanstalk-protocol server
-(standard commands only): the arguments and the entry point."""
+(standard commands only, but for flush where the server has it, and
+jobs): the arguments and the entry point."""
 import argparse
 import os
 import socket
@@ -38,6 +39,7 @@ from fastbean.ctl.defaults import (
     EXIT_PROTOCOL,
     EXIT_SERVER_ERROR,
     EXIT_USAGE,
+    JOBS_LIMIT,
     PORT,
     PROG,
     PUT_PRI,
@@ -45,6 +47,8 @@ from fastbean.ctl.defaults import (
     TIMEOUT_S,
     TOP_INTERVAL_S,
 )
+from fastbean.ctl.flush import cmd_flush
+from fastbean.ctl.jobs import cmd_jobs
 
 UINT32_MAX = (1 << 32) - 1
 
@@ -59,8 +63,8 @@ exit status:
   4  the server answered an error (OUT_OF_MEMORY, DRAINING, JOB_TOO_BIG...)
   5  the connection broke: closed or silent mid-reply, or the peer does not
      speak the beanstalk protocol
-  6  clear left jobs in the tube (reserved by other clients, put meanwhile),
-     or the confirmation was declined
+  6  clear or flush left jobs in the tube (reserved by other clients, put
+     meanwhile), or the confirmation was declined
   130  interrupted
 """
 
@@ -146,7 +150,8 @@ def build_parser():
     parser = ArgParser(prog=PROG, parents=[common], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Inspect and manage a beanstalkd or fastbean server with "
-                                   "the standard protocol commands.")
+                                   "the standard protocol commands (flush uses the server's "
+                                   "flush-tube where it has one, jobs needs its list-tube).")
     parser.add_argument("--version", action="version", version="%s %s" % (PROG, __version__))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -178,6 +183,14 @@ def build_parser():
     sub.add_argument("--raw", action="store_true",
                      help="write only the job body, byte for byte")
 
+    sub = command("jobs", cmd_jobs, "list a tube's jobs in a state, in the order they leave it "
+                                    "(with the server's list-tube)")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("state", metavar="STATE", choices=PEEK_STATES + ("reserved",),
+                     help=", ".join(PEEK_STATES + ("reserved",)))
+    sub.add_argument("-n", "--limit", metavar="N", type=_uint("a count", 1), default=JOBS_LIMIT,
+                     help="show at most N jobs (default: %d)" % JOBS_LIMIT)
+
     sub = command("kick", cmd_kick, "kick up to N buried jobs of a tube (delayed ones if it "
                                     "has no buried job) into the ready queue")
     sub.add_argument("tube", metavar="TUBE", type=_tube)
@@ -206,6 +219,14 @@ def build_parser():
     sub = command("clear", cmd_clear, "delete every ready, delayed and buried job of a tube, "
                                       "after a confirmation")
     sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    sub = command("flush", cmd_flush, "delete every job of a tube, reserved ones too, with the "
+                                      "server's flush-tube, after a confirmation (on a server "
+                                      "without it, as clear does)")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("--buried", action="store_true",
+                     help="only the buried jobs (flush-buried)")
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     return parser
 

@@ -3,7 +3,7 @@
 #
 # Offers: dispatch, kick_more.
 # Uses: clock, heap, mem, wal, tube, job, walg, stats, metrics, conn, queue,
-#   testing.
+#   testing, flush, list.
 
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:
@@ -106,6 +106,36 @@ cdef int cmd_reserve(Core core, Conn c, Cmd *cmd) except -1:
     return 0
 
 
+cdef int cmd_reserve_batch(Core core, Conn c, Cmd *cmd) except -1:
+    # tuber's reserve-batch: what is ready now, up to the count; with a
+    # timeout and nothing ready, wait as reserve-with-timeout does, then take
+    # what is ready when the first job comes (batch_answer, queue.pxi).
+    cdef int64_t now = mono_ns()
+    _count_worker(core, c)
+    core.reserve_batch_ct += 1
+    c.batch_count = cmd.bound
+    if _batch_any(c) or cmd.delay == 0 or c.state == CONN_EOF:
+        return batch_answer(core, c, NULL, now)
+    c.batch_count = 0
+    if deadline_soon(c, now):
+        return out_text(c, MSG_DEADLINE_SOON)
+    c.batch_count = cmd.bound
+    c.timeout_at = now + <int64_t>cmd.delay * SEC
+    waiting_add(core, c)
+    lat_blocked(c)
+    conn_retime(core, c, now)
+    return 0
+
+
+cdef inline bint _batch_any(Conn c) noexcept:
+    # a ready job in a watched tube that is not paused
+    cdef Py_ssize_t i
+    for i in range(c.nwatch):
+        if c.watch[i].tube.ready.len and c.watch[i].tube.pause_ns == 0:
+            return True
+    return False
+
+
 cdef int cmd_reserve_job(Core core, Conn c, Cmd *cmd) except -1:
     cdef Job *j = job_find(core, cmd.id)
     if j == NULL or j.state == JOB_RESERVED or j.state == JOB_INVALID:
@@ -123,6 +153,34 @@ cdef int cmd_delete(Core core, Conn c, Cmd *cmd) except -1:
         return out_text(c, MSG_NOT_FOUND)
     job_delete(core, j)
     return out_text(c, MSG_DELETED)
+
+
+cdef int cmd_delete_batch(Core core, Conn c, Cmd *cmd) except -1:
+    # tuber's delete-batch: each id as delete would take it (a job reserved
+    # by another connection is not found), then DELETED_BATCH <deleted>
+    # <not found>. Each is logged as a delete; as for flush-tube, stats-tube's
+    # cmd-delete counts delete commands only.
+    cdef const char *p = cmd.name
+    cdef const char *end = cmd.name + cmd.name_len
+    cdef uint64_t id, deleted = 0, missing = 0
+    cdef Job *j
+    core.delete_batch_ct += 1
+    while p < end:
+        id = 0
+        while p < end and p[0] != c' ':
+            id = id * 10 + <uint64_t>(p[0] - c'0')      # the parser checked the digits
+            p += 1
+        p += 1
+        j = job_find(core, id)
+        if j == NULL or j.state == JOB_INVALID or (
+                j.state == JOB_RESERVED and j.owner != <PyObject *>c):
+            missing += 1
+        else:
+            job_drop(core, j)
+            deleted += 1
+    core.jobs_batch_deleted += deleted
+    out_text(c, MSG_DELETED_BATCH)
+    return out_bytes(c, b" %d %d\r\n" % (deleted, missing))
 
 
 cdef int cmd_release(Core core, Conn c, Cmd *cmd) except -1:
@@ -291,6 +349,13 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
     if op <= OP_PAUSE_TUBE:
         core.cmd_ct[op] += 1
     lat_run(c, op)
+    if is_extension(op):
+        if core.strict:
+            if rejected_by_beanstalkd_as_bad_format(op):
+                return out_text(c, MSG_BAD_FORMAT)
+            return out_text(c, MSG_UNKNOWN_COMMAND)
+        if cmd.err != ERR_NONE:
+            return out_text(c, err_text(cmd.err))
     if op == OP_PUT:
         return cmd_put(core, c, cmd)
     elif op == OP_PUT_BODY:
@@ -338,6 +403,14 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
     elif op == OP_QUIT:
         c.state = CONN_QUIT
         return 0
+    elif op == OP_FLUSH_TUBE or op == OP_FLUSH_BURIED:
+        return cmd_flush(core, c, cmd)
+    elif op == OP_LIST_TUBE:
+        return cmd_list(core, c, cmd)
+    elif op == OP_RESERVE_BATCH:
+        return cmd_reserve_batch(core, c, cmd)
+    elif op == OP_DELETE_BATCH:
+        return cmd_delete_batch(core, c, cmd)
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
     elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:

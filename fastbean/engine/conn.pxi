@@ -8,7 +8,8 @@
 #   feed_after_big_put, out_text, out_bytes, out_u64, out_job, out_yaml,
 #   out_drop, flush, conn_touched, ask_again, update_reading, use_tube,
 #   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
-#   waiting_remove, waiter_take, conn_retime, conn_release.
+#   waiting_remove, waiter_take, conn_retime, flush_forget, list_forget,
+#   conn_release.
 # Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
 #
 # queue.pxi, included next, answers waiting connections through this file;
@@ -371,6 +372,29 @@ cdef int conn_retime(Core core, Conn c, int64_t now) except -1:
 
 # -- the end --------------------------------------------------------------------------
 
+cdef int flush_forget(Core core, Conn c) except -1:
+    # A flush (flush.pxi) is over or its connection is gone: let go of what
+    # it holds. Here, because conn_release needs it too.
+    if c.flush_tube != NULL:
+        tube_decref(core, c.flush_tube)
+        c.flush_tube = NULL
+    free(c.flush_ids)
+    c.flush_ids = NULL
+    c.flush_nids = c.flush_pos = 0
+    return 0
+
+
+cdef int list_forget(Core core, Conn c) except -1:
+    # A list-tube page (list.pxi) is out or its connection is gone.
+    if c.list_tube != NULL:
+        tube_decref(core, c.list_tube)
+        c.list_tube = NULL
+    free(c.list_keys)
+    c.list_keys = NULL
+    c.list_nkeys = c.list_pos = 0
+    return 0
+
+
 cdef int conn_release(Core core, Conn c) except -1:
     # The connection is gone (quit, hung up, lost): undo everything it holds.
     # Its reserved jobs may go to waiting connections: the caller settles.
@@ -389,6 +413,8 @@ cdef int conn_release(Core core, Conn c) except -1:
     if c.put_cost:
         mem_refund(core, c.put_cost)
         c.put_cost = 0
+    flush_forget(core, c)
+    list_forget(core, c)
     c.parser.discard_input()            # before the body it was reading into goes
     if c.put_job != NULL:
         job_discard(c.put_job)

@@ -187,6 +187,12 @@ ctypedef struct WalFile:
     JobList jobs              # through LINK_WAL
 
 
+# A job's place in list-tube's order (list.pxi): (priority or deadline, id).
+ctypedef struct ListKey:
+    uint64_t key
+    uint64_t id
+
+
 # A waiting connection's place in core.conn_timers (embedded in Conn).
 ctypedef struct ConnTimer:
     int64_t at                # mono ns: reserve timeout or start of the DEADLINE_SOON margin
@@ -262,7 +268,14 @@ cdef class Core:
     cdef uint64_t idle_reads               # nreads when that look was armed
     cdef int batch_limit                   # commands per connection per run
     cdef readonly uint64_t mem_refused     # puts refused at the memory cap (metrics)
+    # flush-tube and flush-buried commands run, and the jobs they deleted
+    # (fastbean-stats, metrics; never stats)
+    cdef readonly uint64_t flush_tube_ct, flush_buried_ct, jobs_flushed
+    cdef readonly uint64_t list_tube_ct    # list-tube commands run (fastbean-stats, metrics)
+    cdef readonly uint64_t reserve_batch_ct, jobs_batch_reserved   # reserve-batch commands, their jobs
+    cdef readonly uint64_t delete_batch_ct, jobs_batch_deleted     # delete-batch commands, their jobs
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
+    cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 
     # Metrics (metrics.pxi): reply latency per family as histogram bucket
     # counts (not cumulative) and sums.
@@ -359,6 +372,8 @@ cdef enum ConnWait:
     WAIT_NONE = 0
     WAIT_JOB = 1              # a blocked reserve: in its watched tubes' waiting sets
     WAIT_KICK = 2             # its kick to finish, KICK_BATCH jobs per loop turn
+    WAIT_FLUSH = 3            # its flush to finish, FLUSH_BATCH jobs per loop turn
+    WAIT_LIST = 4             # its list-tube page to be gathered, LIST_SCAN entries per loop turn
 
 
 @cython.final
@@ -394,6 +409,7 @@ cdef class Conn:
     cdef bint in_turn                 # in core.turn
     cdef uint64_t served              # core.served when it last ran
     cdef int64_t timeout_at           # mono ns end of a reserve-with-timeout; -1 none
+    cdef uint32_t batch_count         # a reserve-batch's count while it waits (WAIT_JOB); 0: a reserve
     cdef ConnTimer timer
     cdef Py_ssize_t put_cost          # bytes charged to core.mem_used for the put in progress
     cdef Job *put_job                 # the put in progress, its body being read (in no structure yet)
@@ -407,6 +423,24 @@ cdef class Conn:
     # kick in progress over several loop turns (wait == WAIT_KICK)
     cdef bint kick_buried
     cdef uint32_t kick_left, kick_done
+
+    # flush-tube / flush-buried in progress over several loop turns
+    # (wait == WAIT_FLUSH, flush.pxi)
+    cdef Tube *flush_tube             # the tube, referenced (tube.refs) while it runs
+    cdef bint flush_all               # flush-tube: every state; flush-buried: buried only
+    cdef uint64_t flush_left          # jobs it may still delete (the tube's count when it began)
+    cdef uint64_t flush_done
+    cdef uint64_t *flush_ids          # the tube's reserved jobs when it began (flush-tube)
+    cdef Py_ssize_t flush_nids, flush_pos
+
+    # list-tube page being gathered over several loop turns (wait == WAIT_LIST, list.pxi)
+    cdef Tube *list_tube              # referenced (tube.refs) while it runs
+    cdef int list_state               # JOB_READY, JOB_DELAYED or JOB_RESERVED
+    cdef uint32_t list_count          # jobs asked for
+    cdef ListKey list_after           # the cursor: the page starts after it
+    cdef ListKey *list_keys           # candidates so far, up to 2 * list_count
+    cdef Py_ssize_t list_nkeys, list_pos   # how many; heap entries looked at
+    cdef bint list_more               # candidates beyond the page were dropped
 
     cdef bint big_puts                # its last put was big: reads are taken apart (feed_after_big_put)
 

@@ -20,17 +20,19 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from fastbean.engine.parser cimport Parser
 from fastbean.engine.wire cimport (
-    Cmd, NAME_MAX, name_ok, Text, err_text,
+    Cmd, NAME_MAX, name_ok, is_extension, rejected_by_beanstalkd_as_bad_format, Text, err_text,
     MSG_BAD_FORMAT, MSG_DRAINING, MSG_OUT_OF_MEMORY, MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND,
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
     MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
-    MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_RESET, MSG_ADVANCED,
+    MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_RESET, MSG_ADVANCED, MSG_FLUSHED,
+    MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH,
     OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
     OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
     OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT, OP_COUNT, OP_TEST_RESET,
-    OP_TEST_ADVANCE,
+    OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, OP_RESERVE_BATCH,
+    OP_DELETE_BATCH,
     ERR_NONE, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
 )
 
@@ -59,6 +61,8 @@ include "queue.pxi"
 include "held.pxi"
 include "replay.pxi"
 include "testing.pxi"
+include "flush.pxi"
+include "list.pxi"
 include "cmds.pxi"
 include "check.pxi"
 include "run.pxi"
@@ -78,7 +82,8 @@ cdef class Core:
     def __init__(self, *, max_job_size=DEFAULT_MAX_JOB_SIZE, max_memory=0, version=b"0.0",
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
-                 next_file=None, testing=False, drop_others=None, lease_over=None):
+                 next_file=None, testing=False, strict=False, drop_others=None,
+                 lease_over=None):
         """Limits as the command line sets them, and the hooks (see core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
@@ -90,7 +95,9 @@ cdef class Core:
         replace) makes a binlog file at once when the spare is used up.
         testing=True runs the test-only commands (testing.pxi), whose
         fastbean-reset calls drop_others(conn) to close every other
-        connection and get their Conns. lease_over() says a command came
+        connection and get their Conns. strict=True answers every protocol
+        extension (fastbean-stats, flush-tube...) UNKNOWN_COMMAND, as
+        beanstalkd 1.12 does. lease_over() says a command came
         after the end set by set_lease(). Without hooks (in-process tests)
         the caller calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
@@ -110,6 +117,7 @@ cdef class Core:
         self.commit_soon = commit_soon
         self.next_file = next_file
         self.testing = testing
+        self.strict = strict
         self.drop_others = drop_others
         self.lease_over = lease_over
         self.lease_end = INT64_MAX
@@ -351,6 +359,8 @@ cdef class Conn:
     def __dealloc__(self):
         free(self.watch)
         free(self.obuf)
+        free(self.flush_ids)
+        free(self.list_keys)
         PyMem_Free(self.put_job)        # a body still coming (only if never released)
 
     def attach(self, write, writelines, close):

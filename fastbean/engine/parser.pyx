@@ -12,6 +12,9 @@ from fastbean.engine.wire cimport (
     OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES, OP_LIST_TUBE_USED,
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
+    OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
+    OP_DELETE_BATCH,
+    LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
 
@@ -128,6 +131,88 @@ cdef void _set_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
         cmd.op = OP_BAD_FORMAT
 
 
+cdef void _ext_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
+    # An extension's "<verb> <tube>": the op is kept when the rest is bad, with
+    # BAD_FORMAT attached, so that --strict can answer UNKNOWN_COMMAND.
+    cmd.op = op
+    if p < end and p[0] == c' ' and name_ok(p + 1, end - p - 1):
+        cmd.name = p + 1
+        cmd.name_len = end - p - 1
+    else:
+        cmd.err = ERR_BAD_FORMAT
+
+
+cdef const char *_word(const char *p, const char *end, const char *word, Py_ssize_t n) noexcept:
+    # p past `word` and the space after it, or NULL
+    if end - p > n and memcmp(p, word, n) == 0 and p[n] == c' ':
+        return p + n + 1
+    return NULL
+
+
+cdef bint _list_args(Cmd *cmd, const char *q, const char *end) noexcept:
+    # list-tube's "<state> <cursor> <count>", about the tube in use as peek
+    # and kick are (a tube name would not fit a 224-byte line beside a
+    # cursor); the cursor is 0 or "<key>.<id>", as a page's reply gives it.
+    cdef const char *r
+    cdef uint64_t key = 0, id = 0
+    r = _word(q, end, b"ready", 5)
+    cmd.list_state = LIST_READY
+    if r == NULL:
+        r = _word(q, end, b"delayed", 7)
+        cmd.list_state = LIST_DELAYED
+    if r == NULL:
+        r = _word(q, end, b"buried", 6)
+        cmd.list_state = LIST_BURIED
+    if r == NULL:
+        r = _word(q, end, b"reserved", 8)
+        cmd.list_state = LIST_RESERVED
+    if r == NULL or r == end or r[0] == c' ':
+        return False
+    r = _read_uint(r, end, UINT64_MAX, &key)
+    if r != NULL and r + 1 < end and r[0] == c'.' and c'0' <= r[1] <= c'9':
+        r = _read_uint(r + 1, end, UINT64_MAX, &id)
+        if r != NULL and id == 0:
+            return False
+    elif key != 0:
+        return False                # a cursor other than 0 has its id
+    if r == NULL or r == end or r[0] != c' ' or r + 1 == end or r[1] == c' ':
+        return False
+    cmd.after_key, cmd.after_id = key, id
+    return _last_u32(r + 1, end, &cmd.bound) and 1 <= cmd.bound <= LIST_MAX
+
+
+cdef bint _batch_args(Cmd *cmd, const char *p, const char *end) noexcept:
+    # reserve-batch's " <count>[ <timeout>]": count 1 to BATCH_MAX, timeout in
+    # seconds (none or 0: do not wait)
+    cmd.delay = 0
+    if p == end or p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return False
+    p = _read_u32(p + 1, end, &cmd.bound)
+    if p == NULL or cmd.bound < 1 or cmd.bound > BATCH_MAX:
+        return False
+    if p == end:
+        return True
+    if p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return False
+    return _last_u32(p + 1, end, &cmd.delay)
+
+
+cdef bint _ids(Cmd *cmd, const char *p, const char *end) noexcept:
+    # delete-batch's " <id>[ <id>...]": the engine reads the ids from the
+    # text kept in name/name_len, each checked here as a 64-bit number
+    cdef uint64_t id
+    if p == end:
+        return False
+    cmd.name, cmd.name_len = p + 1, end - p - 1
+    while p < end:
+        if p[0] != c' ' or p + 1 == end or p[1] == c' ':
+            return False
+        p = _read_uint(p + 1, end, UINT64_MAX, &id)
+        if p == NULL:
+            return False
+    return True
+
+
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     # s[0:n] is one command line without its CRLF. Verbs are matched as
     # prefixes in beanstalkd's order, so e.g. "stats-job" (no space) lands on
@@ -201,6 +286,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
                 cmd.timeout = <int32_t><uint32_t>(v & 0xffffffff)
         elif _is(s, n, b"reserve-job ", 12):
             cmd.op = OP_RESERVE_JOB if _last_u64(s + 12, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"reserve-batch", 13):
+            # fastbean's (and tuber's); beanstalkd reads it as a bad reserve
+            cmd.op = OP_RESERVE_BATCH
+            if not _batch_args(cmd, s + 13, end):
+                cmd.err = ERR_BAD_FORMAT
         elif _is(s, n, b"reserve", 7):
             cmd.op = OP_RESERVE if n == 7 else OP_BAD_FORMAT
             cmd.timeout = -1
@@ -215,6 +305,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     elif c == c'd':
         if _is(s, n, b"delete ", 7):
             cmd.op = OP_DELETE if _last_u64(s + 7, end, &cmd.id) else OP_BAD_FORMAT
+        elif _is(s, n, b"delete-batch", 12):
+            # fastbean's (and tuber's); beanstalkd does not know it
+            cmd.op = OP_DELETE_BATCH
+            if not _ids(cmd, s + 12, end):
+                cmd.err = ERR_BAD_FORMAT
     elif c == c'b':
         if _is(s, n, b"bury ", 5):
             p = _read_uint(s + 5, end, UINT64_MAX, &cmd.id)
@@ -262,13 +357,22 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_LIST_TUBE_USED if n == 14 else OP_BAD_FORMAT
         elif _is(s, n, b"list-tubes", 10):
             cmd.op = OP_LIST_TUBES if n == 10 else OP_BAD_FORMAT
+        elif _is(s, n, b"list-tube ", 10):
+            # fastbean's: the standard ones above take every other list-tube line
+            cmd.op = OP_LIST_TUBE
+            if not _list_args(cmd, s + 10, end):
+                cmd.err = ERR_BAD_FORMAT
     elif c == c'q':
         if _is(s, n, b"quit", 4):
             cmd.op = OP_QUIT
     elif c == c'f':
         # fastbean's own commands; beanstalkd answers UNKNOWN_COMMAND to these.
+        # A malformed one keeps its op, with err set, so that --strict can
+        # answer UNKNOWN_COMMAND to it as beanstalkd does.
         if _is(s, n, b"fastbean-stats", 14):
-            cmd.op = OP_EXT if n == 14 else OP_BAD_FORMAT
+            cmd.op = OP_EXT
+            if n != 14:
+                cmd.err = ERR_BAD_FORMAT
         # Test-only: a malformed one is still this op, with err set, so that
         # without --testing it gets UNKNOWN_COMMAND like any unknown line.
         elif _is(s, n, b"fastbean-reset", 14):
@@ -279,6 +383,10 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_TEST_ADVANCE
             if not _read_seconds(s + 23, end, &cmd.advance_ns):
                 cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"flush-tube", 10):
+            _ext_name(cmd, s + 10, end, OP_FLUSH_TUBE)
+        elif _is(s, n, b"flush-buried", 12):
+            _ext_name(cmd, s + 12, end, OP_FLUSH_BURIED)
 
 
 cdef inline int _scan(const char *p, Py_ssize_t avail, Py_ssize_t *linelen) noexcept:
@@ -534,7 +642,9 @@ OP_NAMES = {
     OP_RESERVE_JOB: "reserve-job", OP_KICK_JOB: "kick-job", OP_QUIT: "quit",
     OP_PUT_BODY: "body", OP_SKIPPED: "skipped", OP_UNKNOWN: "UNKNOWN_COMMAND",
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
-    OP_TEST_ADVANCE: "fastbean-clock-advance",
+    OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
+    OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
+    OP_DELETE_BATCH: "delete-batch",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -558,6 +668,14 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound)
     if op == OP_RESERVE_TIMEOUT:
         return (name, err, cmd.timeout)
+    if op == OP_DELETE_BATCH and err is None:
+        return (name, err, tuple(int(w) for w in cmd.name[:cmd.name_len].split(b" ")))
+    if op == OP_RESERVE_BATCH and err is None:
+        return (name, err, cmd.bound, cmd.delay)
+    if op == OP_LIST_TUBE and err is None:
+        return (name, err, cmd.list_state, cmd.after_key, cmd.after_id, cmd.bound)
+    if op in (OP_FLUSH_TUBE, OP_FLUSH_BURIED) and err is None:
+        return (name, err, cmd.name[:cmd.name_len])
     if op in (OP_USE, OP_WATCH, OP_IGNORE, OP_STATS_TUBE):
         return (name, err, cmd.name[:cmd.name_len])
     if op == OP_PAUSE_TUBE:

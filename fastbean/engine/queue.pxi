@@ -4,8 +4,8 @@
 # (beanstalkd's enqueue and prottick).
 #
 # Offers: URGENT_PRI, KICK_BATCH, job_unlink, job_make_ready, job_make_delayed,
-#   job_bury, job_reserve, process_queue, kick_one, job_delete, queue_tick,
-#   next_deadline, rearm.
+#   job_bury, job_reserve, process_queue, batch_answer, kick_one, job_delete, job_drop,
+#   queue_tick, next_deadline, rearm.
 # Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, conn.
 
 cdef enum:
@@ -118,8 +118,50 @@ cdef int process_queue(Core core) except -1:
         if now == 0:
             now = mono_ns()
         job_reserve(core, c, j, now)
-        out_job(c, MSG_RESERVED, j)
+        if c.batch_count:
+            batch_answer(core, c, j, now)
+        else:
+            out_job(c, MSG_RESERVED, j)
         conn_touched(core, c)
+    return 0
+
+
+cdef Job *_batch_next(Conn c) noexcept:
+    # The job a reserve would take now from c's watched tubes, or NULL.
+    cdef Py_ssize_t i
+    cdef Tube *t
+    cdef Job *best = NULL
+    for i in range(c.nwatch):
+        t = c.watch[i].tube
+        if t.ready.len and t.pause_ns == 0 and (
+                best == NULL or ready_less(t.ready.items[0], best)):
+            best = <Job *>t.ready.items[0]
+    return best
+
+
+cdef int batch_answer(Core core, Conn c, Job *first, int64_t now) except -1:
+    # reserve-batch (tuber's): after `first` (NULL: none), up to the count in
+    # all reserved one by one as reserve takes them, then RESERVED_BATCH <n>
+    # and a RESERVED block per job.
+    cdef uint32_t count = c.batch_count
+    cdef Job *j
+    cdef Py_ssize_t i
+    jobs = []
+    c.batch_count = 0
+    if first != NULL:
+        jobs.append(<size_t>first)
+    while <uint32_t>len(jobs) < count:
+        j = _batch_next(c)
+        if j == NULL:
+            break
+        job_unlink(core, j)
+        job_reserve(core, c, j, now)
+        jobs.append(<size_t>j)
+    core.jobs_batch_reserved += len(jobs)
+    out_text(c, MSG_RESERVED_BATCH)
+    out_bytes(c, b" %d\r\n" % len(jobs))
+    for i in range(len(jobs)):
+        out_job(c, MSG_RESERVED, <Job *><size_t>jobs[i])
     return 0
 
 
@@ -138,8 +180,14 @@ cdef int kick_one(Core core, Job *j) except -1:
 
 cdef int job_delete(Core core, Job *j) except -1:
     # delete, and fastbean-reset (testing.pxi)
-    job_unlink(core, j)
     j.tube.cmd_delete += 1
+    return job_drop(core, j)
+
+
+cdef int job_drop(Core core, Job *j) except -1:
+    # Out for good, logged as a delete; stats-tube's cmd-delete counts only
+    # delete commands, so flush-tube (flush.pxi) comes here directly.
+    job_unlink(core, j)
     if core.wal_on and j.wal_file:
         # spends the space reserved at put time; cannot fail for room
         wal_record(core, j, False)
@@ -198,11 +246,15 @@ cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
             continue
         if deadline_soon(c, now):
             waiting_remove(core, c)
+            c.batch_count = 0
             out_text(c, MSG_DEADLINE_SOON)
             conn_touched(core, c)
         elif c.timeout_at >= 0 and now >= c.timeout_at:
             waiting_remove(core, c)
-            out_text(c, MSG_TIMED_OUT)
+            if c.batch_count:
+                batch_answer(core, c, NULL, now)    # RESERVED_BATCH 0, never TIMED_OUT
+            else:
+                out_text(c, MSG_TIMED_OUT)
             conn_touched(core, c)
         else:
             conn_retime(core, c, now)

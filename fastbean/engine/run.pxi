@@ -4,7 +4,7 @@
 # meanwhile are flushed, the timer is re-armed.
 #
 # Offers: lease_lost, conn_run, flush_dirty, settle.
-# Uses: clock, hooks, conn, queue, cmds, check.
+# Uses: clock, hooks, conn, queue, flush, list, cmds, check.
 
 cdef enum:
     # Bytes of put bodies one connection may add per run; the rest waits a
@@ -37,6 +37,10 @@ cdef int conn_run(Core core, Conn c) except -1:
     try:
         if c.wait == WAIT_KICK and not conn_released(c):
             kick_more(core, c)
+        elif c.wait == WAIT_FLUSH and not conn_released(c):
+            flush_more(core, c)
+        elif c.wait == WAIT_LIST and not conn_released(c):
+            list_more(core, c)
         while c.wait == WAIT_NONE and not conn_released(c) and c.writable:
             if n >= core.batch_limit or body_bytes >= BODY_BUDGET:
                 ask_again(c)

@@ -127,5 +127,13 @@ cdef bytes ext_yaml(Core core):
         b"memory-used: %d\n" % core.mem_used,
         b"current-jobs: %d\n" % core.jobs.count,
         b"job-table-buckets: %d\n" % table_buckets(&core.jobs),
+        b"cmd-flush-tube: %d\n" % core.flush_tube_ct,
+        b"cmd-flush-buried: %d\n" % core.flush_buried_ct,
+        b"jobs-flushed: %d\n" % core.jobs_flushed,
+        b"cmd-list-tube: %d\n" % core.list_tube_ct,
+        b"cmd-reserve-batch: %d\n" % core.reserve_batch_ct,
+        b"jobs-batch-reserved: %d\n" % core.jobs_batch_reserved,
+        b"cmd-delete-batch: %d\n" % core.delete_batch_ct,
+        b"jobs-batch-deleted: %d\n" % core.jobs_batch_deleted,
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

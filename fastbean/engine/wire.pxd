@@ -8,6 +8,15 @@ from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 cdef enum:
     LINE_MAX = 224          # bytes, CRLF included (11 + 201 + 12: the longest pause-tube)
     NAME_MAX = 200          # bytes of a tube name
+    LIST_MAX = 1000         # jobs in one page of list-tube
+    BATCH_MAX = 1000        # jobs one reserve-batch takes, as tuber's
+
+# The states list-tube names: the same numbers as the engine's JobState.
+cdef enum ListState:
+    LIST_READY = 1
+    LIST_RESERVED = 2
+    LIST_BURIED = 3
+    LIST_DELAYED = 4
 
 # Opcodes. The order of the command ops is the order of beanstalkd's stats
 # counters, so cmd_ct[op] can be printed by walking a range.
@@ -44,11 +53,29 @@ cdef enum Op:
     OP_SKIPPED = 27           # a rejected body was swallowed; reply cmd.err now
     OP_UNKNOWN = 28           # UNKNOWN_COMMAND
     OP_BAD_FORMAT = 29        # BAD_FORMAT that counts for no command
-    OP_EXT = 30               # fastbean-stats, fastbean's own command
     # test-only commands, refused with UNKNOWN_COMMAND unless --testing (testing.pxi)
-    OP_TEST_RESET = 31        # fastbean-reset
-    OP_TEST_ADVANCE = 32      # fastbean-clock-advance SECONDS[.FRACTION]
-    OP_COUNT = 33
+    OP_TEST_RESET = 30        # fastbean-reset
+    OP_TEST_ADVANCE = 31      # fastbean-clock-advance SECONDS[.FRACTION]
+    # Protocol extensions (docs/protocol-extensions.md), from OP_EXT on:
+    # --strict answers them all UNKNOWN_COMMAND, as beanstalkd does.
+    OP_EXT = 32               # fastbean-stats
+    OP_FLUSH_TUBE = 33        # flush-tube <tube> (flush.pxi)
+    OP_FLUSH_BURIED = 34      # flush-buried <tube>
+    OP_LIST_TUBE = 35         # list-tube <state> <cursor> <count> (list.pxi)
+    OP_RESERVE_BATCH = 36     # reserve-batch <count> [<timeout>] (queue.pxi)
+    OP_DELETE_BATCH = 37      # delete-batch <id>... (cmds.pxi)
+    OP_COUNT = 38
+
+
+cdef inline bint is_extension(int op) noexcept nogil:
+    return OP_EXT <= op < OP_COUNT
+
+
+cdef inline bint rejected_by_beanstalkd_as_bad_format(int op) noexcept nogil:
+    # beanstalkd reads every line that starts with "reserve" but is not a
+    # reserve as a bad one: --strict answers reserve-batch so too
+    return op == OP_RESERVE_BATCH
+
 
 # Errors attached to a recognised command (the command's counter still moves).
 cdef enum Err:
@@ -64,14 +91,17 @@ ctypedef struct Cmd:
     int err
     uint64_t id               # job id (peek, delete, release, bury, touch, kick-job, ...)
     uint32_t pri
-    uint32_t delay            # seconds (put, release, pause-tube)
+    uint32_t delay            # seconds (put, release, pause-tube; reserve-batch's timeout)
     uint32_t ttr              # seconds
     uint32_t nbytes           # declared body size of a put
     int32_t timeout           # reserve-with-timeout, as 1.12's signed int; <0 waits forever
-    uint32_t bound            # kick
+    uint32_t bound            # kick; list-tube's and reserve-batch's count
+    int list_state            # list-tube: a ListState
+    uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
+    uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
     bint garbage              # put: bytes after the size field
-    const char *name          # tube name, borrowed until the next Parser call
+    const char *name          # tube name (delete-batch: its ids), borrowed until the next Parser call
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
 
@@ -127,6 +157,10 @@ cdef extern from *:
     #define MSG_FOUND           FB_TEXT("FOUND")
     #define MSG_USING           FB_TEXT("USING ")
     #define MSG_ADVANCED        FB_TEXT("ADVANCED")
+    #define MSG_FLUSHED         FB_TEXT("FLUSHED")
+    #define MSG_LISTED          FB_TEXT("LISTED")
+    #define MSG_RESERVED_BATCH  FB_TEXT("RESERVED_BATCH")
+    #define MSG_DELETED_BATCH   FB_TEXT("DELETED_BATCH")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -136,6 +170,7 @@ cdef extern from *:
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
+    Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH
 
 
 cdef inline Text err_text(int err) noexcept nogil:

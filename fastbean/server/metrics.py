@@ -150,6 +150,23 @@ def exposition(server):
                 [("", rss)])
     _metric(out, "fastbean_puts_refused_memory_total", "counter",
             "Puts answered OUT_OF_MEMORY because of --max-memory.", [("", core.mem_refused)])
+    # The protocol extensions' counters: never in `stats`, whose keys stay beanstalkd's.
+    _metric(out, "fastbean_cmd_flush_tube_total", "counter", "flush-tube commands run.",
+            [("", core.flush_tube_ct)])
+    _metric(out, "fastbean_cmd_flush_buried_total", "counter", "flush-buried commands run.",
+            [("", core.flush_buried_ct)])
+    _metric(out, "fastbean_jobs_flushed_total", "counter",
+            "Jobs deleted by flush-tube and flush-buried.", [("", core.jobs_flushed)])
+    _metric(out, "fastbean_cmd_list_tube_total", "counter", "list-tube commands run.",
+            [("", core.list_tube_ct)])
+    _metric(out, "fastbean_cmd_reserve_batch_total", "counter", "reserve-batch commands run.",
+            [("", core.reserve_batch_ct)])
+    _metric(out, "fastbean_jobs_batch_reserved_total", "counter",
+            "Jobs reserved by reserve-batch commands.", [("", core.jobs_batch_reserved)])
+    _metric(out, "fastbean_cmd_delete_batch_total", "counter", "delete-batch commands run.",
+            [("", core.delete_batch_ct)])
+    _metric(out, "fastbean_jobs_batch_deleted_total", "counter",
+            "Jobs deleted by delete-batch commands.", [("", core.jobs_batch_deleted)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",

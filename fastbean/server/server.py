@@ -110,6 +110,7 @@ class Server:
             commit_soon=self._commit_soon if logged else None,
             next_file=self._next_file if logged else None,
             testing=config.testing,
+            strict=config.strict,
             drop_others=self.connections.drop_others if config.testing else None,
             lease_over=self._lease_over if config.replicate else None,
         )
