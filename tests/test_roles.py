@@ -1,0 +1,242 @@
+"""Roles of tokens (--auth-tokens lines `NAME SHA256 ROLE[:PATTERN,...]`):
+each role at the edge of its tube patterns, pipelines mixing allowed and
+refused commands, put bodies that look like commands, admins old and new,
+bad role syntax, SIGHUP; real server processes, real TLS clients."""
+import hashlib
+import re
+import signal
+import time
+
+import pytest
+
+from fastbean import testing
+from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
+from tests.certs import Pki
+from tests.servers import HOST, client
+from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server, wait_for_log
+
+pytestmark = pytest.mark.timeout(90)
+
+TOKENS = {  # name -> (token, roles)
+    "prod": ("p-1c9e0a7b3d5f", "producer:jobs-*,mail"),
+    "work": ("w-8a2b4c6d8e0f", "worker:jobs-*"),
+    "mon": ("m-5e7f9a1b3c5d", "monitor:jobs-*"),
+    "both": ("b-2d4f6a8c0e1b", "producer:out worker:in"),
+    "old": ("o-9f8e7d6c5b4a", ""),
+    "boss": ("a-0a1b2c3d4e5f", "admin"),
+}
+
+
+def write_tokens(path, tokens=TOKENS):
+    path.write_text("".join("%s %s %s\n" % (name, hashlib.sha256(token.encode()).hexdigest(), roles)
+                            for name, (token, roles) in tokens.items()))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return Pki(str(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture(scope="module")
+def guarded(pki, tmp_path_factory):
+    path = write_tokens(tmp_path_factory.mktemp("tokens") / "tokens")
+    s = tls_server(pki.server, "--auth-tokens", path)
+    s.ctx = client_context(pki.ca.cert)
+    yield s
+    s.stop()
+
+
+def login(server, name):
+    t = tls_connect(server.tls_port, server.ctx)
+    talk(t, b"auth %s\r\n" % TOKENS[name][0].encode(), b"AUTHENTICATED\r\n")
+    return t
+
+
+def talk(sock, data, expected):
+    """Send data; assert the replies are expected (read until that many bytes came)."""
+    sock.sendall(data)
+    reply = b""
+    while len(reply) < len(expected):
+        chunk = sock.recv(65536)
+        assert chunk, "closed after %r" % reply
+        reply += chunk
+    assert reply == expected
+
+
+def put_plain(server, tube, body):
+    with client(server.port) as c:
+        c.use(tube)
+        return c.put(body)
+
+
+def test_role_syntax():
+    roles = parse_roles(["producer:jobs-*,mail", "worker", "producer:x?"])
+    assert not roles.admin and str(roles) == "producer:jobs-*,mail,x? worker:*"
+    assert roles.allows("producer", b"jobs-1") and roles.allows("producer", b"xy")
+    assert not roles.allows("producer", b"mailbox") and not roles.allows("monitor", b"jobs-1")
+    assert parse_roles([]).admin and parse_roles(["admin", "worker:a"]).admin
+    for words, message in ((["boss"], "'boss' is not a role"), (["admin:x"], "admin takes no"),
+                           (["worker:"], "'' is not a tube pattern"), (["worker:a,,b"], "''"),
+                           (["worker:a b"], "is not a tube pattern")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_roles(words[0].split(" ") if " " not in words[0] else [words[0]])
+
+
+def test_verdicts_on_job_ids_hide_other_tubes():
+    roles = parse_roles(["worker:a"])
+    tubes = {1: b"a", 2: b"b"}.get
+    assert roles.verdict("delete", 1, b"default", [b"a"], tubes) == ALLOW
+    assert roles.verdict("delete", 2, b"default", [b"a"], tubes) == HIDE
+    assert roles.verdict("delete", 3, b"default", [b"a"], tubes) == HIDE
+    assert roles.verdict("peek", 1, b"default", [b"a"], tubes) == DENY
+    assert roles.verdict("reserve", None, b"default", [b"default", b"a"], tubes) == DENY
+    assert roles.verdict("kick", 1, b"a", [b"a"], tubes) == DENY
+
+
+def test_producer_puts_only_to_its_tubes(guarded):
+    with login(guarded, "prod") as t:
+        # default is not its tube: the put is refused, and its body (which
+        # reads like commands) swallowed
+        talk(t, b"put 0 0 60 15\r\nkick 9\r\nstats\r\n\r\nlist-tube-used\r\n",
+             b"NOT_PERMITTED\r\nUSING default\r\n")
+        talk(t, b"use other\r\n", b"NOT_PERMITTED\r\n")
+        talk(t, b"use jobs-p\r\n", b"USING jobs-p\r\n")
+        reply = ask(t, b"put 0 0 60 15\r\nkick 9\r\nstats\r\n\r\n")
+        job = int(reply.split()[1])
+        assert reply == b"INSERTED %d\r\n" % job
+        talk(t, b"use mail\r\nput 1 0 60 2\r\nhi\r\n", b"USING mail\r\nINSERTED %d\r\n" % (job + 1))
+        for line in (b"use mailbox", b"reserve-with-timeout 0", b"watch jobs-p", b"delete %d" % job,
+                     b"peek %d" % job, b"stats", b"list-tubes", b"kick 1", b"pause-tube jobs-p 0",
+                     b"fastbean-stats"):
+            talk(t, line + b"\r\n", b"NOT_PERMITTED\r\n")
+        talk(t, b"nonsense\r\nput 0 0 1\r\n", b"UNKNOWN_COMMAND\r\nBAD_FORMAT\r\n")
+    with client(guarded.port) as c:
+        assert c.peek(job) == b"kick 9\r\nstats\r\n"
+        assert c.stats_job(job)["tube"] == "jobs-p"
+
+
+def test_worker_takes_only_jobs_of_its_tubes(guarded):
+    mine = put_plain(guarded, "jobs-w", b"mine")
+    theirs = put_plain(guarded, "elsewhere", b"theirs")
+    with login(guarded, "work") as t:
+        talk(t, b"watch elsewhere\r\n", b"NOT_PERMITTED\r\n")
+        talk(t, b"watch jobs-w\r\n", b"WATCHING 2\r\n")
+        # while it watches default, outside its patterns, it may not reserve
+        talk(t, b"reserve-with-timeout 0\r\n", b"NOT_PERMITTED\r\n")
+        talk(t, b"ignore default\r\n", b"WATCHING 1\r\n")
+        talk(t, b"reserve-with-timeout 0\r\n", b"RESERVED %d 4\r\nmine\r\n" % mine)
+        # another tube's job: as if it did not exist
+        for line in (b"delete %d", b"release %d 0 0", b"bury %d 0", b"touch %d", b"reserve-job %d"):
+            talk(t, line % theirs + b"\r\n", b"NOT_FOUND\r\n")
+        talk(t, b"touch %d\r\nbury %d 5\r\n" % (mine, mine), b"TOUCHED\r\nBURIED\r\n")
+        talk(t, b"kick-job %d\r\n" % mine, b"NOT_PERMITTED\r\n")
+        talk(t, b"put 0 0 60 1\r\nx\r\nuse jobs-w\r\npeek %d\r\n" % mine, b"NOT_PERMITTED\r\n" * 3)
+        talk(t, b"delete %d\r\n" % mine, b"DELETED\r\n")
+        talk(t, b"list-tubes-watched\r\n", b"OK 13\r\n---\n- jobs-w\n\r\n")
+    with client(guarded.port) as c:
+        assert c.peek(theirs) == b"theirs"
+    assert re.search(r"work \(127\.0\.0\.1\) may not delete job %d on tube elsewhere" % theirs, guarded.log)
+
+
+def test_monitor_sees_only_its_tubes(guarded):
+    mine = put_plain(guarded, "jobs-m", b"seen")
+    theirs = put_plain(guarded, "hidden", b"unseen")
+    with login(guarded, "mon") as t:
+        assert ask(t, b"stats\r\n", b"\n\r\n").startswith(b"OK ")
+        assert ask(t, b"stats-tube jobs-m\r\n", b"\n\r\n").startswith(b"OK ")
+        talk(t, b"stats-tube hidden\r\n", b"NOT_PERMITTED\r\n")
+        talk(t, b"peek %d\r\n" % theirs, b"NOT_FOUND\r\n")
+        talk(t, b"stats-job %d\r\n" % theirs, b"NOT_FOUND\r\n")
+        talk(t, b"peek %d\r\n" % mine, b"FOUND %d 4\r\nseen\r\n" % mine)
+        talk(t, b"peek-ready\r\n", b"NOT_PERMITTED\r\n")        # on default
+        talk(t, b"use jobs-m\r\npeek-ready\r\n", b"USING jobs-m\r\nFOUND %d 4\r\nseen\r\n" % mine)
+        for line in (b"put 0 0 60 1\r\nx", b"reserve", b"delete %d" % mine, b"watch jobs-m", b"kick 1"):
+            talk(t, line + b"\r\n", b"NOT_PERMITTED\r\n")
+        assert ask(t, b"list-tubes\r\n", b"\n\r\n").startswith(b"OK ")
+
+
+def test_pipelined_refusals_wait_for_a_blocked_reserve(guarded):
+    with login(guarded, "both") as t:
+        t.sendall(b"watch in\r\nignore default\r\nreserve-with-timeout 5\r\nkick 1\r\nwatch out\r\n"
+                  b"use out\r\nput 0 0 60 9\r\nreserve\r\n\r\nstats\r\nlist-tube-used\r\n")
+        time.sleep(0.3)
+        job = put_plain(guarded, "in", b"work")
+        reply = b""
+        while not reply.endswith(b"USING out\r\n"):
+            chunk = t.recv(65536)
+            assert chunk, reply
+            reply += chunk
+        assert reply == (b"WATCHING 2\r\nWATCHING 1\r\nRESERVED %d 4\r\nwork\r\nNOT_PERMITTED\r\n"
+                         b"NOT_PERMITTED\r\nUSING out\r\nINSERTED %d\r\nNOT_PERMITTED\r\nUSING out\r\n"
+                         % (job, job + 1))
+
+
+def test_admins_old_and_new_run_everything(guarded):
+    job = put_plain(guarded, "anything", b"x")
+    for name in ("old", "boss"):
+        with login(guarded, name) as t:
+            talk(t, b"use anything\r\nkick-job %d\r\npause-tube anything 0\r\n" % job,
+                 b"USING anything\r\nNOT_FOUND\r\nPAUSED\r\n")
+            assert ask(t, b"watch anything\r\nstats-job %d\r\n" % job, b"\n\r\n").startswith(
+                b"WATCHING 2\r\nOK ")
+
+
+def test_refusals_are_logged_without_a_flood(guarded):
+    with login(guarded, "prod") as t:
+        talk(t, b"kick 1\r\n" * 200, b"NOT_PERMITTED\r\n" * 200)
+    wait_for_log(guarded, "prod (127.0.0.1) may not kick", 1)
+    time.sleep(0.2)
+    assert guarded.log.count("prod (127.0.0.1) may not kick") == 1
+
+
+def test_a_client_that_never_reads_its_refusals_is_closed(guarded):
+    with login(guarded, "work") as t:
+        t.sendall(b"watch jobs-idle\r\nignore default\r\nreserve\r\n")
+        try:
+            for _ in range(200):
+                t.sendall(b"kick 1\r\n" * 100)
+        except OSError:
+            pass
+        t.settimeout(5)
+        data = b""
+        try:
+            chunk = t.recv(65536)
+            while chunk:
+                data += chunk
+                chunk = t.recv(65536)
+        except OSError:
+            pass
+    # every refusal waited behind the reserve, and went with the connection
+    assert b"NOT_PERMITTED" not in data
+    wait_for_log(guarded, "piled up 1024 refused commands behind a waiting one: closed", 1)
+
+
+def test_bad_roles_stop_the_start(pki, tmp_path):
+    tls = ["--tls-listen", "%s:%d" % (HOST, testing.free_port()), "--tls-cert", pki.server[0],
+           "--tls-key", pki.server[1]]
+    hashed = hashlib.sha256(b"t").hexdigest()
+    for roles, message in (("reader", "line 1: 'reader' is not a role"),
+                           ("worker:", "line 1: '' is not a tube pattern"),
+                           ("admin:x", "line 1: admin takes no tube patterns")):
+        (tmp_path / "tokens").write_text("someone %s %s\n" % (hashed, roles))
+        status, err = start_fails(*tls, "--auth-tokens", tmp_path / "tokens")
+        assert status == 78 and message in err.splitlines()[-1] and "Traceback" not in err, err
+
+
+def test_sighup_gives_new_connections_new_roles(pki, tmp_path):
+    path = write_tokens(tmp_path / "tokens", {"prod": TOKENS["prod"]})
+    s = tls_server(pki.server, "--auth-tokens", path)
+    s.ctx = client_context(pki.ca.cert)
+    try:
+        with login(s, "prod") as kept:
+            talk(kept, b"use other\r\n", b"NOT_PERMITTED\r\n")
+            write_tokens(tmp_path / "tokens", {"prod": (TOKENS["prod"][0], "producer:other")})
+            s.signal(signal.SIGHUP)
+            wait_for_log(s, "tokens reloaded from %s: 1" % path, 1)
+            # the connection in keeps the roles it came in with
+            talk(kept, b"use other\r\nuse jobs-x\r\n", b"NOT_PERMITTED\r\nUSING jobs-x\r\n")
+            with login(s, "prod") as t:
+                talk(t, b"use other\r\nuse jobs-x\r\n", b"USING other\r\nNOT_PERMITTED\r\n")
+    finally:
+        s.stop()
