@@ -5,11 +5,13 @@ bad role syntax, SIGHUP; real server processes, real TLS clients."""
 import hashlib
 import re
 import signal
+import socket
 import time
 
 import pytest
 
 from fastbean import testing
+from fastbean.server.rolefilter import RoleFilter
 from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
 from tests.certs import Pki
 from tests.servers import HOST, client
@@ -240,3 +242,107 @@ def test_sighup_gives_new_connections_new_roles(pki, tmp_path):
                 talk(t, b"use other\r\nuse jobs-x\r\n", b"USING other\r\nNOT_PERMITTED\r\n")
     finally:
         s.stop()
+
+
+class FakeTransport:
+    def __init__(self):
+        self.written = []
+
+    def write(self, data):
+        self.written.append(data)
+
+    def is_closing(self):
+        return False
+
+    def get_write_buffer_size(self):
+        return 0
+
+
+class FakeCore:
+    job_tube = staticmethod({}.get)
+
+
+class FakeConn:
+    def __init__(self):
+        self.fed = b""
+
+    def feed(self, data):
+        self.fed += data
+
+
+def test_answers_wait_for_the_engine_however_its_replies_are_cut():
+    # the engine's replies (bodies holding CRLFs, a big one by writelines) cut
+    # at every byte: the refusals behind them come out right after each
+    replies = [b"WATCHING 2\r\n", b"RESERVED 7 6\r\na\r\nb\r\n\r\n", b"OK 3\r\n---\r\n", b"FOUND 9 2\r\nOK\r\n"]
+    engine_out = b"".join(replies)
+    expected = (b"WATCHING 2\r\nNOT_PERMITTED\r\nRESERVED 7 6\r\na\r\nb\r\n\r\nNOT_PERMITTED\r\n"
+                b"OK 3\r\n---\r\nFOUND 9 2\r\nOK\r\nNOT_PERMITTED\r\n")
+    for cut in range(1, len(engine_out)):
+        transport, conn = FakeTransport(), FakeConn()
+        flt = RoleFilter(parse_roles(["worker"]), "t", "a", FakeCore(), 100)
+        write, writelines = flt.writers(conn, transport.write, transport)
+        flt.feed(b"watch w\r\nkick 1\r\nreserve\r\nkick 1\r\nlist-tubes-watched\r\nlist-tubes-watched\r\n"
+                 b"kick 1\r\n")
+        assert conn.fed == b"watch w\r\nreserve\r\nlist-tubes-watched\r\nlist-tubes-watched\r\n"
+        assert transport.written == []
+        write(engine_out[:cut])
+        writelines([engine_out[cut:cut + 3], engine_out[cut + 3:]])
+        assert b"".join(transport.written) == expected, cut
+        flt.feed(b"kick 1\r\n")                  # nothing waits: answered at once
+        assert transport.written[-1] == b"NOT_PERMITTED\r\n"
+
+
+def test_put_edges_through_the_filter(guarded):
+    big = b"x" * 70000                       # over -z's default 65535
+    mistakes = (b"use jobs-e\r\nput 0 0 60 2\r\nabcd\r\nput 0 0 60 %d\r\n%s\r\nput 0 0 60 1 junk\r\n"
+                % (len(big), big))
+    answers = b"USING jobs-e\r\nEXPECTED_CRLF\r\nUNKNOWN_COMMAND\r\nJOB_TOO_BIG\r\nBAD_FORMAT\r\n"
+    with socket.create_connection((HOST, guarded.port)) as plain:      # as the engine answers them
+        talk(plain, mistakes, answers)
+    with login(guarded, "prod") as t:
+        talk(t, mistakes, answers)
+        # a body in pieces, with a refusal pipelined behind it
+        t.sendall(b"put 0 0 60 10\r\nkick")
+        time.sleep(0.1)
+        t.sendall(b" 1\r\n")
+        time.sleep(0.1)
+        reply = ask(t, b"ab\r\nkick 1\r\n", b"NOT_PERMITTED\r\n")
+        job = int(reply.split()[1])
+        assert reply == b"INSERTED %d\r\nNOT_PERMITTED\r\n" % job
+    with client(guarded.port) as c:
+        assert c.peek(job) == b"kick 1\r\nab"
+
+
+def test_a_big_reply_then_a_refusal(guarded):
+    body = b"\r\n".join(b"line %d" % i for i in range(3000))      # a reply in chunks of its own
+    job = put_plain(guarded, "jobs-big", body)
+    with login(guarded, "mon") as t:
+        talk(t, b"peek %d\r\nkick 1\r\npeek %d\r\n" % (job, job),
+             b"FOUND %d %d\r\n%s\r\nNOT_PERMITTED\r\nFOUND %d %d\r\n%s\r\n" % (job, len(body), body, job,
+                                                                          len(body), body))
+
+
+def test_old_tokens_files_are_admins_and_traced(pki, tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("".join("%s %s\n" % (name, hashlib.sha256(TOKENS[name][0].encode()).hexdigest())
+                            for name in ("old", "work")))
+    s = tls_server(pki.server, "-VV", "--auth-tokens", str(path))
+    s.ctx = client_context(pki.ca.cert)
+    try:
+        with login(s, "work") as t:             # no roles on its line: an admin
+            talk(t, b"pause-tube default 0\r\nkick 1\r\n", b"PAUSED\r\nKICKED 0\r\n")
+    finally:
+        s.stop()
+    assert "authenticated as work (admin)" in s.log
+
+
+def test_restricted_connections_are_traced(pki, tmp_path):
+    s = tls_server(pki.server, "-VV", "--auth-tokens", write_tokens(tmp_path / "tokens"))
+    s.ctx = client_context(pki.ca.cert)
+    try:
+        with login(s, "mon") as t:
+            talk(t, b"kick 1\r\nlist-tube-used\r\n", b"NOT_PERMITTED\r\nUSING default\r\n")
+    finally:
+        s.stop()
+    assert "authenticated as mon (monitor:jobs-*)" in s.log
+    assert "'kick 1\\r\\nlist-tube-used\\r\\n'" in s.log and "'NOT_PERMITTED\\r\\n'" in s.log, s.log

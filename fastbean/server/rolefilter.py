@@ -204,7 +204,7 @@ class RoleFilter:
         self._reply = b""
         out = []
         passed = 0                          # data[:passed] is in out
-        start, n = skip, len(buf)
+        start, n = 0, len(buf)              # a line in progress starts at buf[0]
         while start < n:
             if self._body:
                 step = min(self._body, n - start)
