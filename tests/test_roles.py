@@ -11,6 +11,7 @@ import time
 import pytest
 
 from fastbean import testing
+from fastbean.client import Client, ServerError, tls_context
 from fastbean.server.rolefilter import RoleFilter
 from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
 from tests.certs import Pki
@@ -45,6 +46,7 @@ def guarded(pki, tmp_path_factory):
     path = write_tokens(tmp_path_factory.mktemp("tokens") / "tokens")
     s = tls_server(pki.server, "--auth-tokens", path)
     s.ctx = client_context(pki.ca.cert)
+    s.ca = pki.ca.cert
     yield s
     s.stop()
 
@@ -346,3 +348,13 @@ def test_restricted_connections_are_traced(pki, tmp_path):
         s.stop()
     assert "authenticated as mon (monitor:jobs-*)" in s.log
     assert "'kick 1\\r\\nlist-tube-used\\r\\n'" in s.log and "'NOT_PERMITTED\\r\\n'" in s.log, s.log
+
+
+def test_the_client_raises_not_permitted(guarded):
+    tls = tls_context(guarded.ca)
+    with Client(("localhost", guarded.tls_port), tls=tls, token=TOKENS["prod"][0]) as c:
+        c.use("jobs-client")
+        assert c.put(b"ok") > 0
+        with pytest.raises(ServerError, match="NOT_PERMITTED .the token's roles") as raised:
+            c.stats()
+        assert raised.value.reply == b"NOT_PERMITTED"
