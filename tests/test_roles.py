@@ -15,7 +15,7 @@ from fastbean.client import Client, ServerError, tls_context
 from fastbean.server.rolefilter import RoleFilter
 from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
 from tests.certs import Pki
-from tests.servers import HOST, client
+from tests.servers import HOST, Server, client, wait_listening
 from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server, wait_for_log
 
 pytestmark = pytest.mark.timeout(90)
@@ -358,3 +358,19 @@ def test_the_client_raises_not_permitted(guarded):
         with pytest.raises(ServerError, match="NOT_PERMITTED .the token's roles") as raised:
             c.stats()
         assert raised.value.reply == b"NOT_PERMITTED"
+
+
+def test_metrics_wants_a_monitor_or_an_admin(pki, tmp_path):
+    from tests.test_auth import https_get
+    mport = testing.free_port()
+    s = Server("fastbean", "--metrics", "%s:%d" % (HOST, mport), "--metrics-tls", "--metrics-auth",
+               "--tls-cert", pki.server[0], "--tls-key", pki.server[1],
+               "--auth-tokens", write_tokens(tmp_path / "tokens")).start()
+    ctx = client_context(pki.ca.cert)
+    try:
+        wait_listening(mport, s.proc, lambda: s.log)
+        for name, status in (("mon", 200), ("old", 200), ("boss", 200), ("prod", 403), ("work", 403)):
+            assert https_get(mport, "/metrics", ctx, "Bearer " + TOKENS[name][0])[0] == status, name
+    finally:
+        s.stop()
+    assert "prod (127.0.0.1) may not read /metrics" in s.log

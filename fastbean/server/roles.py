@@ -64,6 +64,10 @@ class Roles:
         match = self._match.get(role)
         return match is not None and match(tube.decode("ascii", "replace")) is not None
 
+    def sees_server(self):
+        """May read what describes the whole server (stats, list-tubes, /metrics)."""
+        return self.admin or MONITOR in self.globs
+
     def verdict(self, command, arg, used, watched, job_tube):
         """ALLOW, DENY or HIDE for a command (its parser name) with its tube or
         job id arg; used and watched are the connection's tubes, job_tube(id)
@@ -94,5 +98,5 @@ class Roles:
         if command == "stats-tube":
             return ALLOW if self.allows(MONITOR, arg) else DENY
         if command in ("stats", "list-tubes"):
-            return ALLOW if MONITOR in self.globs else DENY
+            return ALLOW if self.sees_server() else DENY
         return DENY             # kick, kick-job, pause-tube, fastbean's own: admin only
