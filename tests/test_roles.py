@@ -141,6 +141,7 @@ def test_worker_takes_only_jobs_of_its_tubes(guarded):
     with client(guarded.port) as c:
         assert c.peek(theirs) == b"theirs"
     assert re.search(r"work \(127\.0\.0\.1\) may not delete job %d on tube elsewhere" % theirs, guarded.log)
+    assert "work (127.0.0.1) may not reserve-with-timeout on tube default,jobs-w" in guarded.log
 
 
 def test_monitor_sees_only_its_tubes(guarded):

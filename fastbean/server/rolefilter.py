@@ -64,9 +64,8 @@ def _line(item):
 class RoleFilter:
     """One restricted connection: its commands judged, its replies in order."""
 
-    __slots__ = ("_roles", "_client", "_address", "_core", "_conn", "_write", "_close", "_parser",
-                 "_transport", "_max_job_size", "_used", "_watched", "_put", "_queue", "_waiting", "_reply",
-                 "_body")
+    __slots__ = ("_roles", "_client", "_address", "_core", "_conn", "_write", "_parser", "_transport",
+                 "_max_job_size", "_used", "_watched", "_put", "_queue", "_waiting", "_reply", "_body")
 
     def __init__(self, roles, client, address, core, max_job_size):
         self._roles = roles
@@ -141,7 +140,7 @@ class RoleFilter:
             return arg
         if command == "put" or command in PEEK_USED:
             return self._used
-        if command.startswith("reserve"):
+        if command == "reserve" or command == "reserve-with-timeout":
             return b",".join(self._watched)
         return None
 
