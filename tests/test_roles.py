@@ -12,8 +12,11 @@ import pytest
 
 from fastbean import testing
 from fastbean.client import Client, ServerError, tls_context
+from fastbean.engine.core import Core
+from fastbean.server.authgate import AuthConnProtocol
 from fastbean.server.rolefilter import RoleFilter
 from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
+from fastbean.server.tokens import TokenAuth
 from tests.certs import Pki
 from tests.servers import HOST, Server, client, wait_listening
 from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server, wait_for_log
@@ -375,3 +378,55 @@ def test_metrics_wants_a_monitor_or_an_admin(pki, tmp_path):
     finally:
         s.stop()
     assert "prod (127.0.0.1) may not read /metrics" in s.log
+
+
+class GateServer:
+    """What AuthConnProtocol asks of the server, around a real engine."""
+
+    class loop:
+        @staticmethod
+        def call_later(delay, callback):
+            return GateServer.Timer()
+
+    class Timer:
+        def cancel(self):
+            pass
+
+    class config:
+        max_job_size = 65535
+
+    verbosity = 0
+
+    def __init__(self, auth):
+        self.auth = auth
+        self.core = Core(version=b"test")
+
+    def admit(self, proto):
+        return True
+
+
+class GateTransport(FakeTransport):
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+    def writelines(self, chunks):
+        self.written.append(b"".join(chunks))
+
+    def close(self):
+        pass
+
+
+def test_an_admin_reads_straight_into_the_engine(tmp_path):
+    # once in, an admin's reads go to the engine's own feed and its replies to
+    # the transport's write: nothing of the roles on its path
+    server = GateServer(TokenAuth(write_tokens(tmp_path / "tokens")))
+    for name, restricted in (("boss", False), ("old", False), ("prod", True)):
+        proto = AuthConnProtocol(server)
+        transport = GateTransport()
+        proto.connection_made(transport)
+        proto.data_received(b"auth %s\r\nlist-tube-used\r\n" % TOKENS[name][0].encode())
+        assert b"".join(transport.written) == b"AUTHENTICATED\r\nUSING default\r\n"
+        if restricted:
+            assert proto.data_received == proto._filter.feed
+        else:
+            assert proto._filter is None and proto.data_received == proto._conn.feed
