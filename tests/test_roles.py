@@ -9,6 +9,8 @@ import socket
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fastbean import testing
 from fastbean.client import Client, ServerError, tls_context
@@ -18,7 +20,7 @@ from fastbean.server.rolefilter import RoleFilter
 from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
 from fastbean.server.tokens import TokenAuth
 from tests.certs import Pki
-from tests.servers import HOST, Server, client, wait_listening
+from tests.servers import FUZZ, HOST, EngineClient, Server, client, wait_listening
 from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server, wait_for_log
 
 pytestmark = pytest.mark.timeout(90)
@@ -430,3 +432,44 @@ def test_an_admin_reads_straight_into_the_engine(tmp_path):
             assert proto.data_received == proto._filter.feed
         else:
             assert proto._filter is None and proto.data_received == proto._conn.feed
+
+
+# -- a client whose roles allow every standard command answered as by the engine --
+
+SESSION_LINES = st.sampled_from([
+    b"put 0 0 60 3\r\nabc\r\n", b"put 5 0 1 0\r\n\r\n", b"put 0 0 60 2\r\nabcd\r\n",
+    b"put 0 0 60 100\r\n" + b"x" * 100 + b"\r\n", b"put 0 0 60 2 junk\r\nhi\r\n", b"put 0 0\r\n",
+    b"put 0 0 60 4\r\nkick\r\n", b"use a\r\n", b"use b\r\n", b"use -bad\r\n", b"watch a\r\n",
+    b"watch b\r\n", b"ignore default\r\n", b"ignore a\r\n", b"ignore b\r\n", b"reserve-with-timeout 0\r\n",
+    b"reserve-with-timeout -1x\r\n", b"delete 1\r\n", b"delete 2\r\n", b"release 1 0 0\r\n",
+    b"release 2 1 0\r\n", b"bury 1 0\r\n", b"bury 3 0\r\n", b"touch 2\r\n", b"peek 1\r\n", b"peek 3\r\n",
+    b"peek-ready\r\n", b"peek-delayed\r\n", b"peek-buried\r\n", b"reserve-job 2\r\n", b"reserve-job 9\r\n",
+    b"list-tubes\r\n", b"list-tube-used\r\n", b"list-tubes-watched\r\n", b"nonsense\r\n", b"\r\n",
+    b"delete x\r\n", b"y" * 300 + b"\r\n", b"stats-job 99\r\n", b"stats-tube nothing\r\n",
+])
+
+
+@settings(max_examples=200 * FUZZ, deadline=None)
+@given(lines=st.lists(SESSION_LINES, max_size=30), cuts=st.lists(st.integers(1, 400), max_size=8))
+def test_allowed_commands_are_answered_as_the_engine_answers_them(lines, cuts):
+    stream = b"".join(lines)
+    plain = EngineClient(Core(version=b"test", max_job_size=64))
+    for _ in range(2):                  # jobs 1 and 2 in tube a
+        plain.call(b"use a\r\nput 0 0 60 1\r\nj\r\nuse default\r\n")
+    plain.take()
+    expected = plain.call(stream)
+
+    core = Core(version=b"test", max_job_size=64)
+    setup = EngineClient(core)
+    for _ in range(2):
+        setup.call(b"use a\r\nput 0 0 60 1\r\nj\r\nuse default\r\n")
+    transport = FakeTransport()
+    flt = RoleFilter(parse_roles(["producer", "worker", "monitor"]), "t", "a", core, 64)
+    conn = core.connect(lambda on: None, lambda: None)
+    conn.attach(*flt.writers(conn, transport.write, transport), lambda: None)
+    start = 0
+    for cut in sorted(set(cuts)) + [len(stream)]:
+        if start < cut <= len(stream):
+            flt.feed(stream[start:cut])
+            start = cut
+    assert b"".join(transport.written) == expected

@@ -17,7 +17,7 @@ import time
 
 from fastbean.engine.parser import Parser
 from fastbean.logs import event
-from fastbean.server.roles import ALLOW, DENY, HIDE, PEEK_USED
+from fastbean.server.roles import ALLOW, BY_ID, DENY, HIDE, PEEK_USED
 
 NOT_PERMITTED = b"NOT_PERMITTED\r\n"
 NOT_FOUND = b"NOT_FOUND\r\n"
@@ -96,6 +96,11 @@ class RoleFilter:
         for item in self._parser.parse(data, self._fits):
             if self._transport.is_closing():
                 return
+            if forward and item[0] in BY_ID:
+                # the commands before it may make the job it names: the engine
+                # runs them first, if it can now, so that its tube is known
+                self._conn.feed(b"".join(forward))
+                forward = []
             line = self._judge(item)
             if line:
                 forward.append(line)
