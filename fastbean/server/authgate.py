@@ -83,7 +83,7 @@ class AuthConnProtocol(TlsConnProtocol):
             self._transport.write(NOT_AUTHENTICATED)
             self._transport.close()
             return
-        found = auth.check_roles(token, self._address)
+        found = auth.check(token, self._address)
         if found is None:
             event(logging.WARNING, "auth-failed", "%(address)s sent a token that is not in "
                   "%(path)s", address=self._address, path=auth.path)

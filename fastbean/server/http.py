@@ -51,7 +51,7 @@ def credentials_refused(auth, header, address):
             scheme = b""
     if scheme not in (b"bearer", b"basic") or not value:
         return 401          # no credentials is no failed attempt
-    found = auth.check_roles(value, address)
+    found = auth.check(value, address)
     if found is None:
         event(logging.WARNING, "auth-failed", "%(address)s sent /metrics a token that is not in "
               "%(path)s", address=address, path=auth.path)

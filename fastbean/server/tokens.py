@@ -73,11 +73,6 @@ class TokenAuth:
         return len(self._tokens)
 
     def check(self, token, address):
-        """The name whose token this is, or None."""
-        found = self.check_roles(token, address)
-        return None if found is None else found[0]
-
-    def check_roles(self, token, address):
         """(name, roles.Roles) of the line whose token this is, or None. Every
         stored hash is compared, each in constant time, so the answer's timing
         tells nothing of the tokens."""
