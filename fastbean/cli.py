@@ -77,8 +77,9 @@ fastbean's own options:
  --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
  --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
  --auth-tokens FILE      TLS listeners answer only `auth <token>` and `quit` until the
-                         client sends a token whose SHA-256 is in FILE (NAME SHA256 lines;
-                         reloaded on SIGHUP; see docs/tls.md)
+                         client sends a token whose SHA-256 is in FILE (lines NAME SHA256
+                         [ROLE[:TUBE-GLOB,...] ...], roles producer, worker, monitor, admin;
+                         no roles: admin; reloaded on SIGHUP; see docs/tls.md)
  --strict                answer exactly as beanstalkd 1.12: every protocol extension
                          (fastbean-stats, flush-tube, ...) gets beanstalkd's answer,
                          UNKNOWN_COMMAND (BAD_FORMAT for reserve-batch)

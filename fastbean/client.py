@@ -38,6 +38,7 @@ ERROR_REPLIES = {
     b"DEADLINE_SOON": "a reserved job's deadline is near",
     b"TIMED_OUT": "timed out",
     b"NOT_AUTHENTICATED": "the server wants a valid token first (auth)",
+    b"NOT_PERMITTED": "the token's roles do not allow this command here",
 }
 BODY_REPLIES = {b"OK": 2, b"FOUND": 3, b"RESERVED": 3}     # word -> words in the line
 # stats values that are text even when they look like numbers

@@ -456,3 +456,13 @@ def test_connections_served_last_turn_wait_for_the_others():
     conns[1].feed(put)                 # the last turn served it alone: runs at once
     assert replies() == [b"", b"INSERTED 14\r\n", b"", b""]
     assert asked == [1, 1, 1, 1, 1, 1]
+
+
+def test_job_tube_names_a_jobs_tube_until_it_is_gone():
+    # roles (server/rolefilter.py) ask it before a restricted client touches a job
+    core = Core(version=b"test")
+    c = EngineClient(core)
+    c.conn.feed(b"use mail\r\nput 0 0 60 1\r\nx\r\nput 0 0 60 1\r\ny\r\ndelete 2\r\n")
+    assert c.take() == b"USING mail\r\nINSERTED 1\r\nINSERTED 2\r\nDELETED\r\n"
+    assert core.job_tube(1) == b"mail"
+    assert core.job_tube(2) is None and core.job_tube(3) is None and core.job_tube(0) is None

@@ -248,6 +248,14 @@ cdef class Core:
     def has_job(self, uint64_t id):
         return job_find(self, id) != NULL
 
+    def job_tube(self, uint64_t id):
+        """The name of the tube job id is in, or None if there is no such job
+        (roles: a restricted client may touch only jobs of its tubes)."""
+        cdef Job *j = job_find(self, id)
+        if j == NULL or j.state == JOB_INVALID:
+            return None
+        return <bytes>j.tube.name
+
     # -- binlog (binlog.py) ---------------------------------------------------------
 
     def wal_start(self, int64_t seq, int64_t cap, int64_t used):

@@ -4,12 +4,15 @@
 
 The gate reads in Python; once the client is in, the connection reads
 straight into the engine as any other (uvloop's TLS layer looks up
-data_received at every read, so the gate hands it over by replacing it).
+data_received at every read, so the gate hands it over by replacing it),
+unless its token's roles are short of admin: then its reads and replies go
+through a rolefilter.RoleFilter.
 """
 import logging
 
 from fastbean.logs import event
-from fastbean.server.protocol import TlsConnProtocol, TracingConnProtocol
+from fastbean.server.protocol import TlsConnProtocol, TracingConnProtocol, trace
+from fastbean.server.rolefilter import RoleFilter
 
 AUTH_TIMEOUT = 10.0             # seconds after the handshake to authenticate, or be closed
 MAX_LINE = 224                  # beanstalkd's longest command line, CRLF included
@@ -21,10 +24,11 @@ NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 class AuthConnProtocol(TlsConnProtocol):
     """A connection to a TLS listener that asks for a token first."""
 
-    __slots__ = ("_pending", "_deadline", "_address", "_refused")
+    __slots__ = ("_pending", "_deadline", "_address", "_refused", "_filter")
 
     def __init__(self, server):
         super().__init__(server)
+        self._filter = None             # a RoleFilter once a token short of admin is in
         self._pending = b""
         self._deadline = None
         self._address = None
@@ -79,24 +83,40 @@ class AuthConnProtocol(TlsConnProtocol):
             self._transport.write(NOT_AUTHENTICATED)
             self._transport.close()
             return
-        name = auth.check(token, self._address)
-        if name is None:
+        found = auth.check(token, self._address)
+        if found is None:
             event(logging.WARNING, "auth-failed", "%(address)s sent a token that is not in "
                   "%(path)s", address=self._address, path=auth.path)
             self._refuse()
             return
         self._deadline.cancel()
         self._deadline = None
+        name, roles = found
         if self._server.verbosity >= 1:
-            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s",
-                  address=self._address, client=name)
+            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s (%(roles)s)",
+                  address=self._address, client=name, roles=str(roles))
+        if not roles.admin:
+            self._filter = RoleFilter(roles, name, self._address, self._server.core,
+                                      self._server.config.max_job_size)
         rest, self._pending = self._pending, b""
         transport = self._transport
         transport.write(AUTHENTICATED)
         # now the engine hears of the connection, and reads go straight to it
+        # (an admin's) or through the filter of its roles
         TlsConnProtocol.connection_made(self, transport)
+        if self._filter is not None:
+            self.data_received = self._filtered_reader()
         if rest and not transport.is_closing():
             self.data_received(rest)
+
+    def _writers(self, transport):
+        write, writelines = super()._writers(transport)
+        if self._filter is None:
+            return write, writelines
+        return self._filter.writers(self._conn, write, transport)
+
+    def _filtered_reader(self):
+        return self._filter.feed
 
     def eof_received(self):
         if self._conn is None:
@@ -123,3 +143,12 @@ class TracingAuthConnProtocol(AuthConnProtocol, TracingConnProtocol):
     """-VV on a TLS listener with tokens (reads are logged once the client is in)."""
 
     __slots__ = ()
+
+    def _filtered_reader(self):
+        feed = self._filter.feed
+
+        def traced_feed(data):
+            trace("read", self._peer, data)
+            feed(data)
+
+        return traced_feed

@@ -14,6 +14,7 @@ import logging
 from fastbean.config import TLS_HANDSHAKE_TIMEOUT
 from fastbean.logs import event
 from fastbean.server.metrics import CONTENT_TYPE, exposition
+from fastbean.server.rolefilter import DENIALS
 from fastbean.sockets import describe
 
 MAX_HEAD = 8192                 # bytes of request line + headers
@@ -21,7 +22,7 @@ REQUEST_TIMEOUT = 10.0          # seconds to send a whole request head (408 afte
 IDLE_TIMEOUT = 60.0             # seconds a connection may send nothing (or not read its answer)
 MAX_CONNECTIONS = 64            # more are answered 503 and closed
 LINGER = 1.0                    # seconds to drop unread input after an answer that closes
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 408: "Request Timeout", 429: "Too Many Requests",
            431: "Request Header Fields Too Large",
            503: "Service Unavailable", 505: "HTTP Version Not Supported"}
@@ -32,8 +33,9 @@ CHALLENGE = 'WWW-Authenticate: Bearer realm="fastbean"\r\nWWW-Authenticate: Basi
 def credentials_refused(auth, header, address):
     """None if the Authorization header holds a token of auth (Bearer TOKEN, or
     Basic with the token's name and the token as password, as Prometheus'
-    basic_auth sends them); else the status to answer: 401, or 429 for an
-    address over the limit of failures."""
+    basic_auth sends them); else the status to answer: 401, 403 for a token
+    whose roles are not admin nor monitor, or 429 for an address over the
+    limit of failures."""
     if auth.limited(address):
         return 429
     scheme, _, value = (header or b"").strip().partition(b" ")
@@ -54,8 +56,11 @@ def credentials_refused(auth, header, address):
         event(logging.WARNING, "auth-failed", "%(address)s sent /metrics a token that is not in "
               "%(path)s", address=address, path=auth.path)
         return 401
-    if name is not None and name.decode("utf-8", "replace") != found:
+    if name is not None and name.decode("utf-8", "replace") != found[0]:
         return 401
+    if not found[1].sees_server():
+        DENIALS.refused(found[0], address, "read /metrics", None)
+        return 403
     return None
 
 
@@ -231,8 +236,9 @@ class HttpProtocol(asyncio.Protocol):
             if self._ep.auth is not None:
                 refused = credentials_refused(self._ep.auth, headers.get(b"authorization"), self._address)
                 if refused is not None:
-                    return self._respond(refused, b"a token is needed for /metrics\n", close=close,
-                                         extra=CHALLENGE if refused == 401 else "")
+                    why = b"a monitor's or admin's token is needed for /metrics\n" if refused == 403 \
+                        else b"a token is needed for /metrics\n"
+                    return self._respond(refused, why, close=close, extra=CHALLENGE if refused == 401 else "")
             return self._respond(200, exposition(self._ep.server), CONTENT_TYPE, head_only, close)
         if path == "/healthz":
             return self._respond(200, b"ok\n", head_only=head_only, close=close)

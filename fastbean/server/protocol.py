@@ -15,7 +15,7 @@ def peer_name(peer):
     return "unix:" + peer if isinstance(peer, str) and peer else "unix"
 
 
-def _trace(name, peer, data):
+def trace(name, peer, data):
     # -VV: one event per read or reply; the bytes as latin-1 text, which maps
     # each byte to one character (JSON then shows \r\n, and text logs the repr)
     shown = bytes(data[:TRACE_BYTES])
@@ -111,18 +111,18 @@ class TracingConnProtocol(ConnProtocol):
         self.data_received = self._traced_data_received
 
     def _traced_data_received(self, data):
-        _trace("read", self._peer, data)
+        trace("read", self._peer, data)
         self._conn.feed(data)
 
     def _writers(self, transport):
         write, writelines = transport.write, transport.writelines
 
         def traced_write(data):
-            _trace("reply", self._peer, data)
+            trace("reply", self._peer, data)
             write(data)
 
         def traced_writelines(chunks):
-            _trace("reply", self._peer, b"".join(chunks))
+            trace("reply", self._peer, b"".join(chunks))
             writelines(chunks)
 
         return traced_write, traced_writelines

@@ -1,8 +1,9 @@
 """Token authentication (--auth-tokens): the tokens file, the check of a
 token in constant time, and the limit on failed attempts per client address.
 
-The file holds one client per line, `NAME SHA256`: a name for the log and
-the SHA-256 of its token in hex, never the token itself. Tokens are random
+The file holds one client per line, `NAME SHA256 [ROLE[:PATTERN,...] ...]`:
+a name for the log, the SHA-256 of its token in hex, never the token
+itself, and its roles (roles.py; none: an admin). Tokens are random
 secrets (32 bytes from a CSPRNG, say), so a plain hash is as hard to reverse
 as the token is to guess; a slow password hash would only slow every login.
 """
@@ -14,6 +15,7 @@ import time
 
 from fastbean.errors import EXIT_CONFIG, ConfigError
 from fastbean.logs import event
+from fastbean.server.roles import parse_roles
 
 EXIT_BAD_TOKENS = EXIT_CONFIG     # an unusable tokens file stops the start, as a bad certificate does
 MAX_FAILURES = 5                # failed attempts per client address within FAILURE_WINDOW ...
@@ -28,8 +30,8 @@ def digest(token):
 
 
 def read_tokens(path):
-    """[(name, digest bytes)] from the tokens file; ConfigError, naming the
-    line, for anything else."""
+    """[(name, digest bytes, roles.Roles)] from the tokens file; ConfigError,
+    naming the line, for anything else."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -41,13 +43,19 @@ def read_tokens(path):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
-        if len(words) != 2 or not set(words[0]) <= NAME_CHARS or len(words[1]) != 64:
-            raise ConfigError("--auth-tokens %s line %d: not NAME SHA256-HEX" % (path, number), EXIT_BAD_TOKENS)
+        if len(words) < 2 or not set(words[0]) <= NAME_CHARS or len(words[1]) != 64:
+            raise ConfigError("--auth-tokens %s line %d: not NAME SHA256-HEX [ROLE...]" % (path, number),
+                              EXIT_BAD_TOKENS)
         try:
-            tokens.append((words[0], bytes.fromhex(words[1])))
+            hashed = bytes.fromhex(words[1])
         except ValueError:
             raise ConfigError("--auth-tokens %s line %d: the hash is not hex" % (path, number),
                               EXIT_BAD_TOKENS) from None
+        try:
+            roles = parse_roles(words[2:])
+        except ValueError as e:
+            raise ConfigError("--auth-tokens %s line %d: %s" % (path, number, e), EXIT_BAD_TOKENS) from None
+        tokens.append((words[0], hashed, roles))
     if not tokens:
         raise ConfigError("--auth-tokens %s: no token in it" % path, EXIT_BAD_TOKENS)
     return tokens
@@ -65,13 +73,14 @@ class TokenAuth:
         return len(self._tokens)
 
     def check(self, token, address):
-        """The name whose token this is, or None. Every stored hash is compared,
-        each in constant time, so the answer's timing tells nothing of the tokens."""
+        """(name, roles.Roles) of the line whose token this is, or None. Every
+        stored hash is compared, each in constant time, so the answer's timing
+        tells nothing of the tokens."""
         given = hashlib.sha256(token).digest()
         found = None
-        for name, stored in self._tokens:
+        for name, stored, roles in self._tokens:
             if hmac.compare_digest(given, stored):
-                found = name
+                found = (name, roles)
         if found is None:
             self._failed(address)
         return found
