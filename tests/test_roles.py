@@ -278,6 +278,50 @@ class FakeConn:
         self.fed += data
 
 
+def test_parted_replies_are_one_reply_however_they_are_cut():
+    # reserve-batch's jobs and list-tube's rows belong to one reply each: a
+    # refusal behind them comes after the last part, not after the first
+    replies = [b"RESERVED_BATCH 2\r\nRESERVED 4 3\r\na\r\n\r\nRESERVED 5 1\r\nb\r\n",
+               b"RESERVED_BATCH 0\r\n", b"USING jobs-x\r\n", b"LISTED 2 0\r\n4 0 1 0 3\r\n5 0 1 0 1\r\n"]
+    engine_out = b"".join(replies)
+    expected = b"NOT_PERMITTED\r\n".join(replies) + b"NOT_PERMITTED\r\n"
+    for cut in range(1, len(engine_out)):
+        transport, conn = FakeTransport(), FakeConn()
+        flt = RoleFilter(parse_roles(["worker", "monitor:jobs-*"]), "t", "a", FakeCore(), 100)
+        write, writelines = flt.writers(conn, transport.write, transport)
+        flt.feed(b"reserve-batch 2\r\nkick 1\r\nreserve-batch 5 1\r\nkick 1\r\nuse jobs-x\r\nkick 1\r\n"
+                 b"list-tube ready 0 2\r\nkick 1\r\n")
+        assert conn.fed == b"reserve-batch 2 0\r\nreserve-batch 5 1\r\nuse jobs-x\r\nlist-tube ready 0 2\r\n"
+        write(engine_out[:cut])
+        writelines([engine_out[cut:cut + 3], engine_out[cut + 3:]])
+        assert b"".join(transport.written) == expected, cut
+
+
+def test_list_tube_cursors_go_through_as_written():
+    transport, conn = FakeTransport(), FakeConn()
+    flt = RoleFilter(parse_roles(["monitor"]), "t", "a", FakeCore(), 100)
+    flt.writers(conn, transport.write, transport)
+    flt.feed(b"list-tube delayed 17.42 3\r\nlist-tube buried 0.9 1\r\nlist-tube reserved 0 1000\r\n")
+    assert conn.fed == (b"list-tube delayed 17.42 3\r\nlist-tube buried 0.9 1\r\n"
+                        b"list-tube reserved 0 1000\r\n")
+
+
+def test_extensions_by_role(guarded):
+    job = put_plain(guarded, "jobs-x", b"batched")
+    with login(guarded, "mon") as t:
+        talk(t, b"list-tube ready 0 1\r\n", b"NOT_PERMITTED\r\n")      # on default
+        # the row: id, priority, age, time left, size
+        reply = ask(t, b"use jobs-x\r\nlist-tube ready 0 1\r\n", b" 7\r\n")
+        assert re.fullmatch(rb"USING jobs-x\r\nLISTED 1 0\r\n%d \d+ \d+ 0 7\r\n" % job, reply), reply
+        talk(t, b"use elsewhere\r\nflush-tube jobs-x\r\n", b"NOT_PERMITTED\r\n" * 2)
+    with login(guarded, "work") as t:
+        talk(t, b"watch jobs-x\r\nignore default\r\nreserve-batch 5\r\nflush-buried jobs-x\r\n"
+             b"delete-batch %d\r\n" % job,
+             b"WATCHING 2\r\nWATCHING 1\r\nRESERVED_BATCH 1\r\nRESERVED %d 7\r\nbatched\r\n"
+             b"NOT_PERMITTED\r\nNOT_PERMITTED\r\n" % job)
+        talk(t, b"delete %d\r\n" % job, b"DELETED\r\n")
+
+
 def test_answers_wait_for_the_engine_however_its_replies_are_cut():
     # the engine's replies (bodies holding CRLFs, a big one by writelines) cut
     # at every byte: the refusals behind them come out right after each
@@ -446,6 +490,7 @@ SESSION_LINES = st.sampled_from([
     b"peek-ready\r\n", b"peek-delayed\r\n", b"peek-buried\r\n", b"reserve-job 2\r\n", b"reserve-job 9\r\n",
     b"list-tubes\r\n", b"list-tube-used\r\n", b"list-tubes-watched\r\n", b"nonsense\r\n", b"\r\n",
     b"delete x\r\n", b"y" * 300 + b"\r\n", b"stats-job 99\r\n", b"stats-tube nothing\r\n",
+    b"reserve-batch 2\r\n", b"reserve-batch 3 0\r\n", b"reserve-batch 0\r\n",
 ])
 
 

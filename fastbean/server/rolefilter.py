@@ -26,6 +26,8 @@ MAX_UNREAD = 1 << 20        # bytes of answers a client leaves unread before it 
 LOG_EVERY = 10.0            # seconds between permission-denied events of one token
 # replies of the engine followed by a body: the word, then its length last on the line
 BODY_REPLIES = (b"RESERVED ", b"FOUND ", b"OK ")
+# replies whose count of parts follows: a job each (reserve-batch), a line each (list-tube)
+PARTED_REPLIES = (b"RESERVED_BATCH ", b"LISTED ")
 WAIT_ENGINE = None          # in the queue of answers: the engine's reply to a command it was given
 
 
@@ -53,8 +55,16 @@ class DenialLog:
 DENIALS = DenialLog()
 
 
+# list-tube's states as the parser numbers them (engine/wire.pxd)
+LIST_STATES = {1: b"ready", 2: b"reserved", 3: b"buried", 4: b"delayed"}
+
+
 def _line(item):
     # a parsed command written out again: the engine parses it as it parsed the original
+    if item[0] == "list-tube":
+        state, key, job, count = item[2:]
+        cursor = b"%d.%d" % (key, job) if job else b"0"
+        return b"list-tube %s %s %d\r\n" % (LIST_STATES[state], cursor, count)
     words = [item[0].encode()]
     for arg in item[2:]:
         words.append(arg if isinstance(arg, bytes) else b"%d" % arg)
@@ -65,7 +75,8 @@ class RoleFilter:
     """One restricted connection: its commands judged, its replies in order."""
 
     __slots__ = ("_roles", "_client", "_address", "_core", "_conn", "_write", "_parser", "_transport",
-                 "_max_job_size", "_used", "_watched", "_put", "_queue", "_waiting", "_reply", "_body")
+                 "_max_job_size", "_used", "_watched", "_put", "_queue", "_waiting", "_reply", "_body",
+                 "_parts")
 
     def __init__(self, roles, client, address, core, max_job_size):
         self._roles = roles
@@ -82,6 +93,7 @@ class RoleFilter:
         self._waiting = 0                   # answers in the queue
         self._reply = b""                   # the engine's reply being written, up to its line's end
         self._body = 0                      # bytes of a reply's body still to pass
+        self._parts = 0                     # parts of a parted reply still to pass
 
     def writers(self, conn, write, transport):
         """The engine's writers for conn: its replies pass through here on
@@ -143,9 +155,9 @@ class RoleFilter:
         # the tube a refused command was about, for the log
         if isinstance(arg, bytes):
             return arg
-        if command == "put" or command in PEEK_USED:
+        if command == "put" or command in PEEK_USED or command == "list-tube":
             return self._used
-        if command == "reserve" or command == "reserve-with-timeout":
+        if command in ("reserve", "reserve-with-timeout", "reserve-batch"):
             return b",".join(self._watched)
         return None
 
@@ -222,8 +234,17 @@ class RoleFilter:
                     self._reply = buf[start:]
                     break
                 line, start = buf[start:end], end + 2
-                if line.startswith(BODY_REPLIES):
+                if line.startswith(PARTED_REPLIES):
+                    self._parts = int(line.split(b" ", 2)[1])
+                    if self._parts:
+                        continue
+                elif line.startswith(BODY_REPLIES):
                     self._body = int(line.rpartition(b" ")[2]) + 2
+                    continue
+            if self._parts:
+                # one part of a parted reply: the reply is complete with its last
+                self._parts -= 1
+                if self._parts:
                     continue
             passed = self._replied(data, passed, start - skip, out)
         out.append(data[passed:])

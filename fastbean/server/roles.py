@@ -78,7 +78,7 @@ class Roles:
             return ALLOW if self.allows(PRODUCER, used) else DENY
         if command == "use":
             return ALLOW if self.allows(PRODUCER, arg) or self.allows(MONITOR, arg) else DENY
-        if command in ("reserve", "reserve-with-timeout"):
+        if command in ("reserve", "reserve-with-timeout", "reserve-batch"):
             # every watched tube: default too, which a worker must ignore if it is not its own
             ok = WORKER in self.globs and all(self.allows(WORKER, tube) for tube in watched)
             return ALLOW if ok else DENY
@@ -93,10 +93,12 @@ class Roles:
                 return DENY
             tube = job_tube(arg)
             return ALLOW if tube is not None and self.allows(role, tube) else HIDE
-        if command in PEEK_USED:
+        if command in PEEK_USED or command == "list-tube":
             return ALLOW if self.allows(MONITOR, used) else DENY
         if command == "stats-tube":
             return ALLOW if self.allows(MONITOR, arg) else DENY
         if command in ("stats", "list-tubes"):
             return ALLOW if self.sees_server() else DENY
-        return DENY             # kick, kick-job, pause-tube, fastbean's own: admin only
+        # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats; and
+        # delete-batch, whose ids would each need their tube judged: admin only
+        return DENY
