@@ -66,6 +66,8 @@ fastbean's own options:
  --metrics-auth          /metrics answers only requests with a token of --auth-tokens
                          (Authorization: Bearer TOKEN, or Basic NAME:TOKEN); needs
                          --metrics-tls. /healthz and /readyz stay open
+ --health-auth           /healthz and /readyz want a token too (any role); needs
+                         --metrics-auth
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
  --log-format FMT        text or json (one object per line) (default: text)
@@ -295,7 +297,7 @@ def parse_args(argv, warn=_warn):
                     raise Usage("--%s takes no value" % name)
                 sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
                 return None
-            if name in ("testing", "strict", "metrics-tls", "metrics-auth"):
+            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth"):
                 if eq:
                     raise Usage("--%s takes no value" % name)
                 opts[name.replace("-", "_")] = True
@@ -375,6 +377,8 @@ def parse_args(argv, warn=_warn):
             raise Usage("--metrics-auth needs --auth-tokens")
         if not opts.get("metrics_tls"):
             raise Usage("--metrics-auth needs --metrics-tls: a token is never sent in clear")
+    if opts.get("health_auth") and not opts.get("metrics_auth"):
+        raise Usage("--health-auth needs --metrics-auth")
     for flag in ("tls_key", "tls_ca", "auth_tokens"):
         if flag in opts and "tls_cert" not in opts:
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))

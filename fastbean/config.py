@@ -72,6 +72,7 @@ class Config:
     metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint
     metrics_tls: bool = False             # --metrics-tls: the HTTP endpoint speaks TLS (--tls-cert)
     metrics_auth: bool = False            # --metrics-auth: /metrics wants a token of --auth-tokens
+    health_auth: bool = False             # --health-auth: /healthz and /readyz want one too
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)

@@ -245,12 +245,12 @@ def test_with_a_ca_too_a_client_needs_its_certificate_and_a_token(pki, tmp_path)
         s.stop()
 
 
-def metrics_server(pki, tmp_path):
+def metrics_server(pki, tmp_path, *args):
     """TLS-only HTTP endpoint whose /metrics wants a token; plain beanstalk port."""
     mport = testing.free_port()
     s = Server("fastbean", "--metrics", "%s:%d" % (HOST, mport), "--metrics-tls", "--metrics-auth",
                "--tls-cert", pki.server[0], "--tls-key", pki.server[1],
-               "--auth-tokens", tokens_file(tmp_path / "tokens")).start()
+               "--auth-tokens", tokens_file(tmp_path / "tokens"), *args).start()
     s.mport = mport
     wait_listening(mport, s.proc, lambda: s.log)
     return s
@@ -290,6 +290,26 @@ def test_metrics_wants_a_bearer_or_basic_token_and_health_stays_open(pki, tmp_pa
     finally:
         s.stop()
     assert "guess-" not in s.log and "failed to authenticate 5 times" in s.log
+
+
+def test_health_auth_closes_the_health_endpoints_too(pki, tmp_path):
+    s = metrics_server(pki, tmp_path, "--health-auth")
+    ctx = client_context(pki.ca.cert)
+    try:
+        for path in ("/healthz", "/readyz"):
+            status, challenge, body = https_get(s.mport, path, ctx)
+            assert status == 401 and challenge.startswith("Bearer") and body == b"a token is needed for %s\n" % (
+                path.encode())
+            assert https_get(s.mport, path, ctx, "Bearer wrong")[0] == 401
+            # any token will do: the health of the node is no one's secret among its clients
+            status, _, body = https_get(s.mport, path, ctx, "Bearer " + TOKENS["producer"])
+            assert status == 200 and body in (b"ok\n", b"ready\n"), body
+        assert https_get(s.mport, "/metrics", ctx, "Bearer " + TOKENS["worker"])[0] == 200
+    finally:
+        s.stop()
+    assert "sent /readyz a token that is not in" in s.log
+    status, err = start_fails("--health-auth")
+    assert status == 5 and "--health-auth needs --metrics-auth" in err, err
 
 
 def test_prometheus_scrapes_with_a_bearer_token(pki, tmp_path):

@@ -30,12 +30,12 @@ PATHS = ("/metrics", "/healthz", "/readyz")
 CHALLENGE = 'WWW-Authenticate: Bearer realm="fastbean"\r\nWWW-Authenticate: Basic realm="fastbean"\r\n'
 
 
-def credentials_refused(auth, header, address):
+def credentials_refused(auth, header, address, path="/metrics"):
     """None if the Authorization header holds a token of auth (Bearer TOKEN, or
     Basic with the token's name and the token as password, as Prometheus'
     basic_auth sends them); else the status to answer: 401, 403 for a token
-    whose roles are not admin nor monitor, or 429 for an address over the
-    limit of failures."""
+    whose roles are not admin nor monitor (for /metrics: the health endpoints
+    take any token), or 429 for an address over the limit of failures."""
     if auth.limited(address):
         return 429
     scheme, _, value = (header or b"").strip().partition(b" ")
@@ -53,12 +53,12 @@ def credentials_refused(auth, header, address):
         return 401          # no credentials is no failed attempt
     found = auth.check(value, address)
     if found is None:
-        event(logging.WARNING, "auth-failed", "%(address)s sent /metrics a token that is not in "
-              "%(path)s", address=address, path=auth.path)
+        event(logging.WARNING, "auth-failed", "%(address)s sent %(endpoint)s a token that is not in "
+              "%(path)s", address=address, endpoint=path, path=auth.path)
         return 401
     if name is not None and name.decode("utf-8", "replace") != found[0]:
         return 401
-    if not found[1].sees_server():
+    if path == "/metrics" and not found[1].sees_server():
         DENIALS.refused(found[0], address, "read /metrics", None)
         return 403
     return None
@@ -67,9 +67,10 @@ def credentials_refused(auth, header, address):
 class Endpoint:
     """The listening socket and the connections of the HTTP endpoint."""
 
-    def __init__(self, server, auth=None):
+    def __init__(self, server, auth=None, health_auth=False):
         self.server = server
         self.auth = auth            # a tokens.TokenAuth /metrics asks for (--metrics-auth), or None
+        self.health_auth = health_auth      # --health-auth: /healthz and /readyz ask for it too
         self.conns = set()
         self._srv = None
 
@@ -232,6 +233,11 @@ class HttpProtocol(asyncio.Protocol):
         if method not in (b"GET", b"HEAD"):
             return self._respond(405, b"GET or HEAD only\n", close=close, allow=True)
         head_only = method == b"HEAD"
+        if path != "/metrics" and self._ep.health_auth:
+            refused = credentials_refused(self._ep.auth, headers.get(b"authorization"), self._address, path)
+            if refused is not None:
+                return self._respond(refused, b"a token is needed for %s\n" % path.encode(), close=close,
+                                     extra=CHALLENGE if refused == 401 else "")
         if path == "/metrics":
             if self._ep.auth is not None:
                 refused = credentials_refused(self._ep.auth, headers.get(b"authorization"), self._address)

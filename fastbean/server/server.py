@@ -244,7 +244,8 @@ class Server:
         # The HTTP endpoint and the watchdog come first: /readyz answers 503
         # while the binlog replays, a file at a time between loop turns.
         if metrics_sock is not None:
-            self.endpoint = Endpoint(self, self.auth if self.config.metrics_auth else None)
+            self.endpoint = Endpoint(self, self.auth if self.config.metrics_auth else None,
+                                     self.config.health_auth)
             await self.endpoint.start(metrics_sock, self.certificates.context if self.config.metrics_tls else None)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
