@@ -3,15 +3,20 @@ tls_context(), fastbean.testing's servers, and fastbean-ctl's --tls options,
 against real server processes."""
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
+import time
 
+import greenstalk
 import pytest
 
 from fastbean import testing
 from fastbean.client import Client, ClientError, ConnectError, tls_context
 from tests.certs import Pki
+from tests.conftest import ROOT
+from tests.servers import HOST, free_port, wait_listening
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -120,3 +125,37 @@ def test_ctl_tls_files_that_cannot_be_used_are_usage_errors(pki, tls_server, tmp
         assert p.returncode == 2 and p.stderr.startswith("fastbean-ctl: "), (args, p.stderr)
         assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert os.path.basename(missing) in ctl(tls_server, "--tls-ca", missing, "stats").stderr
+
+
+def test_the_beanstalkd_stand_in_for_client_suites(tmp_path):
+    """tools/beanstalkd-over-tls, which client libraries' own suites start in
+    beanstalkd's place: what it serves crosses a TLS listener, SIGUSR1 reaches
+    fastbean (drain mode), SIGTERM stops the server and the tunnel."""
+    pki = Pki(str(tmp_path))
+    port = free_port()
+    env = dict(os.environ, CERT=pki.server[0], KEY=pki.server[1], CA=pki.ca.cert, PYTHON=sys.executable,
+               PYTHONPATH=ROOT)
+    stand_in = subprocess.Popen([os.path.join(ROOT, "tools", "beanstalkd-over-tls"), "-l", HOST, "-p", str(port)],
+                                env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_listening(port, stand_in)
+        with greenstalk.Client((HOST, port), use="t", watch="t") as g:
+            job = g.put("through TLS")
+            assert g.reserve(timeout=5).body == "through TLS"
+            g.delete(job)
+            stand_in.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 5
+            while g.stats()["draining"] != "true":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        stand_in.send_signal(signal.SIGTERM)
+        assert stand_in.wait(10) == 0
+    finally:
+        if stand_in.poll() is None:
+            os.killpg(stand_in.pid, signal.SIGKILL)
+    log = stand_in.stderr.read()
+    assert "inherited listen fd" in log or "listening" in log, log
+    assert "exiting with status 0" in log, log
+    # nothing left behind: no fastbean nor stunnel of this stand-in still runs
+    leftover = subprocess.run(["pgrep", "-s", str(stand_in.pid)], capture_output=True, text=True).stdout
+    assert leftover == "", leftover
