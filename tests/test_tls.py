@@ -377,8 +377,8 @@ def test_the_context_refuses_tls_below_12(pki):
     assert Certificates(*pki.server, ca=pki.ca.cert).context.verify_mode == ssl.CERT_REQUIRED
 
 
-def served_serial(port, ctx):
-    with tls_connect(port, ctx) as t:
+def served_serial(port, ctx, host="localhost"):
+    with tls_connect(port, ctx, host) as t:
         der = t.getpeercert(binary_form=True)
     from cryptography import x509
     return x509.load_der_x509_certificate(der).serial_number
@@ -414,6 +414,44 @@ def test_sighup_reloads_the_certificate_and_keeps_connections(pki, tmp_path):
             assert served_serial(s.tls_port, ctx) == serial_of(pki.server2[0])
             assert ask(old, b"delete 1\r\n") == b"DELETED\r\n"
         assert s.running
+    finally:
+        s.stop()
+
+
+def test_sighup_takes_a_ca_out_of_the_trust_store(pki, tmp_path):
+    cas = tmp_path / "cas.pem"
+    cas.write_text(open(pki.ca.cert).read() + open(pki.other_ca.cert).read())
+    s = tls_server(pki.server, ca=str(cas))
+    foreign = client_context(pki.ca.cert, pki.foreign_client)
+    try:
+        with tls_connect(s.tls_port, foreign) as kept:
+            assert ask(kept, b"list-tube-used\r\n") == b"USING default\r\n"
+            shutil.copy(pki.ca.cert, cas)           # the other CA taken out
+            s.signal(signal.SIGHUP)
+            wait_for_log(s, "TLS certificate reloaded", 1)
+            assert refused(s.tls_port, foreign)
+            with tls_connect(s.tls_port, client_context(pki.ca.cert, pki.client)) as t:
+                assert ask(t, b"list-tube-used\r\n") == b"USING default\r\n"
+            assert ask(kept, b"list-tube-used\r\n") == b"USING default\r\n"     # open ones stay
+    finally:
+        s.stop()
+
+
+def test_a_client_without_a_server_name_gets_the_reloaded_certificate(pki, tmp_path):
+    from tests.certs import serial_of
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    shutil.copy(pki.server[0], cert)
+    shutil.copy(pki.server[1], key)
+    s = tls_server((cert, key))
+    bare = client_context(pki.ca.cert)
+    bare.check_hostname = False
+    try:
+        assert served_serial(s.tls_port, bare, host=None) == serial_of(pki.server[0])
+        shutil.copy(pki.server2[0], cert)
+        shutil.copy(pki.server2[1], key)
+        s.signal(signal.SIGHUP)
+        wait_for_log(s, "TLS certificate reloaded", 1)
+        assert served_serial(s.tls_port, bare, host=None) == serial_of(pki.server2[0])
     finally:
         s.stop()
 

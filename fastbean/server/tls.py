@@ -1,9 +1,11 @@
 """TLS for the listeners: the server's SSLContext, built from --tls-cert,
 --tls-key and --tls-ca, and reloaded in place on SIGHUP.
 
-One context serves every TLS listener. A handshake reads the certificate
-the context holds at that moment, so loading new files into it changes what
-new connections see and leaves the open ones alone.
+Every TLS listener keeps the context it was given at start; each handshake
+is handed the latest one built from the files by the context's SNI callback,
+which OpenSSL calls for every ClientHello, with or without a server name. So
+a reload changes what new connections see, the trust store included (a CA
+taken out of --tls-ca is no longer trusted), and leaves the open ones alone.
 """
 import logging
 import ssl
@@ -23,7 +25,8 @@ class Certificates:
         self.cert = cert
         self.key = key or cert          # a key in the certificate file is common (HAProxy's way)
         self.ca = ca
-        self.context = self._build()
+        self.context = self._latest = self._build()
+        self.context.sni_callback = self._handshake
 
     @property
     def mutual(self):
@@ -50,19 +53,18 @@ class Certificates:
             context.verify_mode = ssl.CERT_REQUIRED
         return context
 
+    def _handshake(self, ssl_object, server_name, context):
+        # a ClientHello: the handshake goes on with the latest files' context
+        if context is not self._latest:
+            ssl_object.context = self._latest
+
     def reload(self):
         """Load the files again (SIGHUP). New handshakes use them; open connections
         keep theirs. Files that cannot be used leave the old ones serving: True if
         the new ones were taken."""
         try:
-            # Built aside first: a key that fails after its certificate loaded
-            # would leave the live context half changed.
-            self._build()
-            self.context.load_cert_chain(self.cert, self.key)
-            if self.ca is not None:
-                # OpenSSL only adds to a context's trust store: a CA taken
-                # out of the file stays trusted until a restart.
-                self.context.load_verify_locations(cafile=self.ca)
+            # a context of its own: built whole, or not at all
+            self._latest = self._build()
         except (ConfigError, ssl.SSLError, OSError) as e:
             event(logging.ERROR, "tls-reload-failed", "TLS certificates not reloaded, the old ones "
                   "still serve: %(error)s", error=str(e))
