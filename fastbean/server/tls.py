@@ -1,5 +1,5 @@
 """TLS for the listeners: the server's SSLContext, built from --tls-cert,
---tls-key and --tls-ca, and reloaded in place on SIGHUP.
+--tls-key and --tls-ca, and built again from them on SIGHUP.
 
 Every TLS listener keeps the context it was given at start; each handshake
 is handed the latest one built from the files by the context's SNI callback,
@@ -13,9 +13,9 @@ import ssl
 from fastbean.errors import EXIT_CONFIG, ConfigError
 from fastbean.logs import event
 
-# A certificate or key that cannot be used is a start-up error like an
-# unusable binlog directory: exit status 1.
-EXIT_BAD_CERTIFICATE = EXIT_CONFIG     # not one the unit restarts after
+# A certificate or key that cannot be used is a configuration error: exit
+# status 78 (EX_CONFIG), which the systemd unit does not restart after.
+EXIT_BAD_CERTIFICATE = EXIT_CONFIG
 
 
 class Certificates:
