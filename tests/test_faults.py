@@ -446,7 +446,10 @@ def test_one_nats_server_lost_right_after_a_quorum_loss(ha):
     t0 = time.monotonic()
     after = []
     try:
-        for i in range(max(1, ROUNDS - 1)):
+        # one round in CI (ROUNDS 3), more in make ha-soak: a round has, about
+        # one time in fifteen, left a stream of nats-server 2.9.10 without a
+        # leader for over a minute, which no node can serve through
+        for i in range(max(1, ROUNDS - 2)):
             work.wait_for(puts=500, deletes=100)
             work.mark("quorum lost %d" % i)
             lose_quorum(ha, hold=8.0)
