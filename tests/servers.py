@@ -13,6 +13,7 @@ EngineClient drives the compiled engine in-process, on a fake transport, with
 no socket at all.
 """
 import os
+import select
 import shlex
 import shutil
 import socket
@@ -26,8 +27,8 @@ from fastbean.client import Client, NotFound, parse_dict
 from fastbean.testing import free_port
 
 __all__ = ["BEANSTALKD", "FUZZ", "HOST", "KINDS", "REDIS_SERVER", "Client", "EngineClient", "NotFound",
-           "RedisServer", "Server", "client", "fastbean_cmd", "free_port", "parse_dict", "redis_call",
-           "wait_listening"]
+           "RedisServer", "Server", "client", "fastbean_cmd", "free_port", "parse_dict", "put_many", "redis_call",
+           "round_trips_until_readable", "wait_listening"]
 
 # `make fuzz` (FASTBEAN_FUZZ=N) multiplies the examples of the randomized tests.
 FUZZ = max(1, int(os.environ.get("FASTBEAN_FUZZ", "1")))
@@ -56,6 +57,25 @@ def fastbean_cmd():
 def client(port, timeout=5.0):
     """A Client connected to 127.0.0.1:port."""
     return Client((HOST, port), timeout)
+
+
+def put_many(c, n, batch=10000):
+    """n one-byte jobs into c's used tube, pipelined batch at a time."""
+    lines = b"put 0 0 60 1\r\nx\r\n" * batch
+    for _ in range(n // batch):
+        c.send(lines)
+        for _ in range(batch):
+            c.line()
+
+
+def round_trips_until_readable(probe, c):
+    """Round trips of probe until c's reply is readable: how many were
+    answered while c's command ran (the proof that it stalled nobody)."""
+    answered = 0
+    while not select.select([c.sock], [], [], 0)[0]:
+        probe.stats_tube("default")
+        answered += 1
+    return answered
 
 
 def wait_listening(port, proc=None, describe=lambda: "nothing", timeout=10.0):

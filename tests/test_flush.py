@@ -3,7 +3,6 @@ replies and bad input, other clients served while a big flush runs, the
 binlog after a kill -9 with -f 0, no reply before its deletes are durable,
 and a binlog that beanstalkd 1.12 reads afterwards."""
 import os
-import select
 import signal
 import socket
 import time
@@ -12,7 +11,7 @@ import pytest
 
 from fastbean.client import NotFound
 from fastbean.engine.core import Core
-from tests.servers import EngineClient, Server
+from tests.servers import EngineClient, Server, put_many, round_trips_until_readable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,17 +161,9 @@ def test_other_clients_are_answered_while_a_big_flush_runs(fastbean_server):
     n = 200000
     with fastbean_server.client(60) as c, fastbean_server.client() as probe:
         c.use("big")
-        batch = b"put 0 0 60 1\r\nx\r\n" * 10000
-        for _ in range(n // 10000):
-            c.send(batch)
-            for _ in range(10000):
-                c.line()
+        put_many(c, n)
         c.send(b"flush-tube big\r\n")
-        answered = 0
-        # round trips of another client until the flush's reply is readable
-        while not select.select([c.sock], [], [], 0)[0]:
-            probe.stats_tube("default")
-            answered += 1
+        answered = round_trips_until_readable(probe, c)
         assert c.line() == b"FLUSHED %d" % n
         assert answered >= 2, answered
         assert c.stats()["current-jobs-ready"] == 0

@@ -1,9 +1,9 @@
 """list-tube (docs/protocol-extensions.md) on a real server: each state of
 the used tube in the order its jobs leave it, paging by cursor, the fields of a row, bad input,
 and other clients served while a page of a big tube is gathered."""
-import select
-
 import pytest
+
+from tests.servers import put_many, round_trips_until_readable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -135,16 +135,9 @@ def test_other_clients_are_answered_while_a_big_page_is_gathered(fastbean_server
     n = 200000
     with fastbean_server.client(60) as c, fastbean_server.client() as probe:
         c.use("big")
-        batch = b"put 0 0 60 1\r\nx\r\n" * 10000
-        for _ in range(n // 10000):
-            c.send(batch)
-            for _ in range(10000):
-                c.line()
+        put_many(c, n)
         c.send(b"list-tube ready 0 1000\r\n")
-        answered = 0
-        while not select.select([c.sock], [], [], 0)[0]:
-            probe.stats_tube("default")
-            answered += 1
+        answered = round_trips_until_readable(probe, c)
         assert c.line() == b"LISTED 1000 0.1000"
         for k in range(1, 1001):
             id_, pri, _age, left, size = c.line().split()
