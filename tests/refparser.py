@@ -5,6 +5,7 @@ It models beanstalkd 1.12's reading the way beanstalkd does it, with a
 fastbean's parser does it (zero-copy scanning of chunks). Both must produce
 the same commands for the same byte stream, however it is split.
 """
+import re
 
 LINE_MAX = 224
 NAME_CHARS = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()")
@@ -100,6 +101,18 @@ def _name_ok(n):
     return 1 <= len(n) <= 200 and n[:1] != b"-" and all(c in NAME_CHARS for c in n)
 
 
+def _retry_limit(rest):
+    # "", " default", " <count>" or " <count> <tube>": (ask, count, tube)
+    if rest == b"":
+        return ("retry-limit", None, 0, 0, None)
+    if rest == b" default":
+        return ("retry-limit", None, 2, 0, None)
+    m = re.fullmatch(rb" ([0-9]+)(?: (.*))?", rest, re.S)
+    if m is None or int(m.group(1)) > U32 or (m.group(2) is not None and not _name_ok(m.group(2))):
+        return ("retry-limit", "BAD_FORMAT")
+    return ("retry-limit", None, 1, int(m.group(1)), m.group(2))
+
+
 def parse_line(line):
     """One line without CRLF -> a command tuple like fastbean's Parser.parse()."""
     if b"\0" in line:
@@ -114,7 +127,7 @@ def parse_line(line):
                 return B
             vals.append(r[0])
             rest = r[1]
-        return ("put", None, *vals, rest != b"")
+        return ("put", None, *vals, rest)
     for word, op in ((b"peek ", "peek"),):
         if line.startswith(word):
             v = _last(line[len(word):], U64)
@@ -141,6 +154,8 @@ def parse_line(line):
         return ("reserve-batch", None) + args if args else ("reserve-batch", "BAD_FORMAT")
     if line.startswith(b"reserve"):
         return ("reserve", None) if line == b"reserve" else B
+    if line.startswith(b"retry-limit"):
+        return _retry_limit(line[11:])
     if line.startswith(b"delete "):
         v = _last(line[7:], U64)
         return B if v is None else ("delete", None, v)

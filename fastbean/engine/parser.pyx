@@ -13,8 +13,8 @@ from fastbean.engine.wire cimport (
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
     OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
-    OP_DELETE_BATCH,
-    LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED,
+    OP_DELETE_BATCH, OP_RETRY_LIMIT,
+    LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED, RETRY_SHOW, RETRY_SET, RETRY_DEFAULT,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
 
@@ -197,6 +197,32 @@ cdef bint _batch_args(Cmd *cmd, const char *p, const char *end) noexcept:
     return _last_u32(p + 1, end, &cmd.delay)
 
 
+cdef bint _retry_args(Cmd *cmd, const char *p, const char *end) noexcept:
+    # retry-limit's "", " default", " <count>" or " <count> <tube>", about
+    # the tube in use: list_state says which (RETRY_*), bound the count,
+    # name the dead-letter tube (name_len 0: bury).
+    cmd.bound = 0
+    cmd.name_len = 0
+    if p == end:
+        cmd.list_state = RETRY_SHOW
+        return True
+    if p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return False
+    if end - p == 8 and memcmp(p + 1, b"default", 7) == 0:
+        cmd.list_state = RETRY_DEFAULT
+        return True
+    cmd.list_state = RETRY_SET
+    p = _read_u32(p + 1, end, &cmd.bound)
+    if p == NULL:
+        return False
+    if p == end:
+        return True
+    if p[0] != c' ' or not name_ok(p + 1, end - p - 1):
+        return False
+    cmd.name, cmd.name_len = p + 1, end - p - 1
+    return True
+
+
 cdef bint _ids(Cmd *cmd, const char *p, const char *end) noexcept:
     # delete-batch's " <id>[ <id>...]": the engine reads the ids from the
     # text kept in name/name_len, each checked here as a 64-bit number
@@ -245,6 +271,7 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             else:
                 cmd.op = OP_PUT
                 cmd.garbage = p != end
+                cmd.name, cmd.name_len = p, end - p     # a tag (idp:KEY) is the engine's to read
         elif _is(s, n, b"peek ", 5):
             cmd.op = OP_PEEK if _last_u64(s + 5, end, &cmd.id) else OP_BAD_FORMAT
         elif _is(s, n, b"peek-ready", 10):
@@ -294,6 +321,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
         elif _is(s, n, b"reserve", 7):
             cmd.op = OP_RESERVE if n == 7 else OP_BAD_FORMAT
             cmd.timeout = -1
+        elif _is(s, n, b"retry-limit", 11):
+            # fastbean's; beanstalkd does not know it
+            cmd.op = OP_RETRY_LIMIT
+            if not _retry_args(cmd, s + 11, end):
+                cmd.err = ERR_BAD_FORMAT
         elif _is(s, n, b"release ", 8):
             p = _read_uint(s + 8, end, UINT64_MAX, &cmd.id)
             if p != NULL:
@@ -604,11 +636,13 @@ cdef class Parser:
 
     # -- cold API for tests and tools -----------------------------------------
 
-    def parse(self, data, accept=None):
+    def parse(self, data, accept=None, tagged=None):
         """Feed data and return the commands now complete as tuples.
 
         Put bodies are accepted when accept(nbytes) is true (default: always),
-        otherwise swallowed and reported as ('SKIPPED', 'JOB_TOO_BIG').
+        otherwise swallowed and reported as ('SKIPPED', 'JOB_TOO_BIG'). A put
+        with bytes after its size has no body (beanstalkd's BAD_FORMAT),
+        unless tagged(those bytes) is true (an extension's tag, idp:KEY).
         """
         cdef Cmd cmd
         out = []
@@ -622,7 +656,7 @@ cdef class Parser:
             if self.state == S_DECIDE:
                 if accept is not None and not accept(cmd.nbytes):
                     self.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
-                elif cmd.garbage:
+                elif cmd.garbage and (tagged is None or not tagged(cmd.name[:cmd.name_len])):
                     self.no_body()
                 else:
                     self.owner = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>cmd.nbytes + 2)
@@ -644,7 +678,7 @@ OP_NAMES = {
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
     OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
     OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
-    OP_DELETE_BATCH: "delete-batch",
+    OP_DELETE_BATCH: "delete-batch", OP_RETRY_LIMIT: "retry-limit",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -657,7 +691,8 @@ cdef tuple _cmd_tuple(Cmd *cmd):
     name = OP_NAMES[op]
     err = ERR_NAMES[cmd.err]
     if op == OP_PUT:
-        return (name, err, cmd.pri, cmd.delay, cmd.ttr, cmd.nbytes, cmd.garbage)
+        # the bytes after the size last: b"" unless it is garbage (or a tag)
+        return (name, err, cmd.pri, cmd.delay, cmd.ttr, cmd.nbytes, cmd.name[:cmd.name_len])
     if op in (OP_PEEK, OP_DELETE, OP_RESERVE_JOB, OP_KICK_JOB, OP_TOUCH, OP_STATS_JOB):
         return (name, err, cmd.id)
     if op == OP_RELEASE:
@@ -670,6 +705,8 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.timeout)
     if op == OP_DELETE_BATCH and err is None:
         return (name, err, tuple(int(w) for w in cmd.name[:cmd.name_len].split(b" ")))
+    if op == OP_RETRY_LIMIT and err is None:
+        return (name, err, cmd.list_state, cmd.bound, cmd.name[:cmd.name_len] if cmd.name_len else None)
     if op == OP_RESERVE_BATCH and err is None:
         return (name, err, cmd.bound, cmd.delay)
     if op == OP_LIST_TUBE and err is None:

@@ -18,6 +18,12 @@ cdef enum ListState:
     LIST_BURIED = 3
     LIST_DELAYED = 4
 
+# What a retry-limit line asks (Cmd.list_state).
+cdef enum RetryAsk:
+    RETRY_SHOW = 0          # the tube in use's limit
+    RETRY_SET = 1           # set it: bound, and name (a dead-letter tube) or none (bury)
+    RETRY_DEFAULT = 2       # back to the server's default (--retry-limit)
+
 # Opcodes. The order of the command ops is the order of beanstalkd's stats
 # counters, so cmd_ct[op] can be printed by walking a range.
 cdef enum Op:
@@ -64,7 +70,8 @@ cdef enum Op:
     OP_LIST_TUBE = 35         # list-tube <state> <cursor> <count> (list.pxi)
     OP_RESERVE_BATCH = 36     # reserve-batch <count> [<timeout>] (queue.pxi)
     OP_DELETE_BATCH = 37      # delete-batch <id>... (cmds.pxi)
-    OP_COUNT = 38
+    OP_RETRY_LIMIT = 38       # retry-limit [<count> [<tube>] | default] (retry.pxi)
+    OP_COUNT = 39
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -100,7 +107,7 @@ ctypedef struct Cmd:
     uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
     uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
-    bint garbage              # put: bytes after the size field
+    bint garbage              # put: bytes after the size field (name/name_len: those bytes)
     const char *name          # tube name (delete-batch: its ids), borrowed until the next Parser call
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
