@@ -2,8 +2,8 @@
 # dispatch. Each answers through c's output; the run loop (run.pxi) flushes.
 #
 # Offers: dispatch, kick_more.
-# Uses: clock, heap, mem, wal, tube, job, walg, stats, metrics, conn, queue,
-#   testing, flush, list.
+# Uses: clock, heap, mem, wal, tube, job, walg, keys, retry, stats, metrics, conn,
+#   queue, testing, flush, list.
 
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:
@@ -28,9 +28,15 @@ cdef int cmd_put(Core core, Conn c, Cmd *cmd) except -1:
     if cmd.nbytes > <uint64_t>core.max_job_size:
         c.parser.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
         return 0
+    c.put_key = None
     if cmd.garbage:
-        c.parser.no_body()
-        return out_text(c, MSG_BAD_FORMAT)
+        # beanstalkd answers BAD_FORMAT to anything after the size; an
+        # idempotency tag (keys.pxi) is the extension's
+        if not core.strict:
+            c.put_key = key_parse(cmd.name, cmd.name_len)
+        if c.put_key is None:
+            c.parser.no_body()
+            return out_text(c, MSG_BAD_FORMAT)
     _count_producer(core, c)
     c.big_puts = cmd.nbytes + 2 >= BIG_PUT
     cost = <Py_ssize_t>cmd.nbytes + 2 + JOB_OVERHEAD
@@ -58,20 +64,34 @@ cdef int cmd_put_body(Core core, Conn c, Cmd *cmd) except -1:
     # The body has come: the job exists from here on.
     cdef Py_ssize_t cost = c.put_cost
     cdef Job *j = c.put_job
+    cdef object key = c.put_key
+    cdef Py_ssize_t key_bytes = 0, cool_bytes = 0
     c.put_cost = 0
     c.put_job = NULL
+    c.put_key = None
     if cmd.err != ERR_NONE or core.drain_mode:
         mem_refund(core, cost)
         job_discard(j)
         return out_text(c, MSG_DRAINING) if cmd.err == ERR_NONE else out_text(c, err_text(cmd.err))
+    if key is not None:
+        found = key_find(core, <bytes>c.use.name, <bytes>(<tuple>key)[0])
+        if found is not None:
+            mem_refund(core, cost)      # the id stays burned, as for a failed put
+            job_discard(j)
+            return _put_found(core, c, found)
+        key_bytes = 4 + PyBytes_GET_SIZE(<bytes>(<tuple>key)[0]) + sizeof(Jobrec)
+        if (<tuple>key)[1]:
+            cool_bytes = gone_size(<bytes>c.use.name, <bytes>(<tuple>key)[0])
     if core.wal_on and not wal_room(
-            core, 4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + j.body_size,
-            WAL_SHORT):
+            core, 4 + PyBytes_GET_SIZE(<bytes>c.use.name) + sizeof(Jobrec) + j.body_size + key_bytes,
+            WAL_SHORT + cool_bytes):
         mem_refund(core, cost)          # no room on disk: the id stays burned
         job_discard(j)
         return out_text(c, MSG_OUT_OF_MEMORY)
     job_init(core, j, c.put_id, c.put_pri, <int64_t>c.put_delay * SEC,
              <int64_t>c.put_ttr * SEC, c.use)
+    if key is not None:
+        key_bind(core, j, <bytes>(<tuple>key)[0], <int64_t>(<tuple>key)[1])
     core.total_jobs += 1
     c.use.total_jobs += 1
     if c.put_delay:
@@ -80,10 +100,46 @@ cdef int cmd_put_body(Core core, Conn c, Cmd *cmd) except -1:
         j.state = JOB_READY
     if core.wal_on:
         wal_record(core, j, True)
-        core.wal_resv += WAL_SHORT
+        core.wal_resv += WAL_SHORT + cool_bytes
     if not c.put_delay:
         job_make_ready(core, j)
     return out_u64(c, MSG_INSERTED, j.id)
+
+
+cdef int _put_found(Core core, Conn c, tuple found) except -1:
+    # tuber's answer to a put whose key has a job: "INSERTED <id> <STATE>",
+    # and " <pri>" when the put's more urgent priority was given to the job
+    # (it never goes the other way); DELETED while a deleted key cools down.
+    cdef Job *j
+    cdef uint32_t pri = c.put_pri
+    cdef bint ratchet
+    core.key_hits += 1
+    if not found[1]:
+        return out_bytes(c, b"INSERTED %d DELETED\r\n" % found[0])
+    j = job_find(core, <uint64_t>found[0])
+    ratchet = pri < j.pri
+    if ratchet and core.wal_on and not wal_room(core, WAL_SHORT, 0):
+        return out_text(c, MSG_OUT_OF_MEMORY)
+    if ratchet:
+        if j.state == JOB_READY:
+            job_unlink(core, j)
+            j.pri = pri
+            j.state = JOB_READY
+            if core.wal_on:
+                wal_record(core, j, False)
+            job_make_ready(core, j)
+        else:
+            j.pri = pri
+            if core.wal_on:
+                wal_record(core, j, False)
+    state = _STATE_WORDS[j.state]
+    if ratchet:
+        return out_bytes(c, b"INSERTED %d %s %d\r\n" % (j.id, state, pri))
+    return out_bytes(c, b"INSERTED %d %s\r\n" % (j.id, state))
+
+
+_STATE_WORDS = {JOB_READY: b"READY", JOB_RESERVED: b"RESERVED", JOB_BURIED: b"BURIED",
+                JOB_DELAYED: b"DELAYED"}
 
 
 cdef int cmd_reserve(Core core, Conn c, Cmd *cmd) except -1:
@@ -193,13 +249,36 @@ cdef int cmd_release(Core core, Conn c, Cmd *cmd) except -1:
     j.pri = cmd.pri
     j.delay_ns = <int64_t>cmd.delay * SEC
     j.release_ct += 1
-    if cmd.delay:
-        job_make_delayed(core, j, mono_ns() + j.delay_ns)
-        if core.wal_on:
-            wal_record(core, j, False)
-    else:
-        job_make_ready(core, j)
+    if not cmd.delay:
+        job_retry(core, j)              # ready, or buried or moved by a retry limit
+        return out_text(c, MSG_RELEASED)
+    p = retry_policy(core, j.tube)
+    if p is not None and retry_applies(core, j, p) and job_retry_over(core, j, p):
+        return out_text(c, MSG_RELEASED)
+    job_make_delayed(core, j, mono_ns() + j.delay_ns)
+    if core.wal_on:
+        wal_record(core, j, False)
     return out_text(c, MSG_RELEASED)
+
+
+cdef int cmd_retry_limit(Core core, Conn c, Cmd *cmd) except -1:
+    # retry-limit: show, set or clear the tube in use's retry limit
+    # (retry.pxi); the reply is the limit in force afterwards.
+    cdef bytes tube = <bytes>c.use.name
+    cdef object dlq = None
+    core.retry_limit_ct += 1
+    if cmd.list_state != RETRY_SHOW:
+        if cmd.name_len:
+            dlq = PyBytes_FromStringAndSize(cmd.name, cmd.name_len)
+        if core.wal_on and not wal_room(core, policy_size(tube, dlq), 0):
+            return out_text(c, MSG_OUT_OF_MEMORY)
+        policy_set(core, tube, cmd.bound, dlq, cmd.list_state == RETRY_DEFAULT, core.wal_on)
+    p = core.policies.get(tube, core.default_policy)
+    if p is None or not (<tuple>p)[0]:
+        return out_bytes(c, b"RETRY_LIMIT 0\r\n")
+    if (<tuple>p)[1] is None:
+        return out_bytes(c, b"RETRY_LIMIT %d\r\n" % (<tuple>p)[0])
+    return out_bytes(c, b"RETRY_LIMIT %d %s\r\n" % p)
 
 
 cdef int cmd_bury(Core core, Conn c, Cmd *cmd) except -1:
@@ -411,6 +490,8 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return cmd_reserve_batch(core, c, cmd)
     elif op == OP_DELETE_BATCH:
         return cmd_delete_batch(core, c, cmd)
+    elif op == OP_RETRY_LIMIT:
+        return cmd_retry_limit(core, c, cmd)
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
     elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:

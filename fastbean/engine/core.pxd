@@ -74,6 +74,10 @@ cdef enum JobState:
     JOB_DELAYED = 4
 
 
+cdef enum:
+    JOB_KEYED = 1             # put with an idempotency key: core.job_keys has it (keys.pxi)
+
+
 # A binary min-heap of pointers. Each element records its own index through
 # setpos, so removal from the middle is O(log n).
 ctypedef bint (*heap_less_fn)(void *a, void *b) noexcept nogil
@@ -127,6 +131,7 @@ ctypedef struct Job:
     uint32_t kick_ct
     int32_t wal_file          # binlog file holding the job's latest full record; 0 if none
     uint8_t state             # JobState
+    uint8_t flags             # JOB_KEYED (in padding: a job costs no more for it)
     int32_t body_size         # bytes of the body, CRLF included
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
@@ -185,6 +190,7 @@ ctypedef struct WalFile:
     int64_t seq
     Py_ssize_t njobs
     JobList jobs              # through LINK_WAL
+    Py_ssize_t nitems         # extension state whose latest records it holds (core.ext_items)
 
 
 # A job's place in list-tube's order (list.pxi): (priority or deadline, id).
@@ -274,6 +280,23 @@ cdef class Core:
     cdef readonly uint64_t list_tube_ct    # list-tube commands run (fastbean-stats, metrics)
     cdef readonly uint64_t reserve_batch_ct, jobs_batch_reserved   # reserve-batch commands, their jobs
     cdef readonly uint64_t delete_batch_ct, jobs_batch_deleted     # delete-batch commands, their jobs
+    cdef readonly uint64_t retry_limit_ct  # retry-limit commands run
+    cdef readonly uint64_t retry_buried, dead_lettered   # jobs whose retry limit buried or moved them
+    cdef readonly uint64_t key_hits        # puts answered with the live (or cooling) job of their key
+
+    # The extensions' state. Idempotency keys (keys.pxi): the live jobs' and
+    # the deleted ones' still cooling down, per tube; retry limits (retry.pxi).
+    cdef dict keys                    # (tube name, key) -> id of the live job put with it
+    cdef dict job_keys                # id -> (key, cooldown ns, its EXT_KEY record) of each keyed job
+    cdef dict gone                    # (tube name, key) -> (id, cooldown end in wall ns)
+    cdef dict policies                # tube name -> (limit, dead-letter tube or None); limit 0: none
+    cdef tuple default_policy         # --retry-limit and --dead-letter-tube, or None
+    # Which binlog file holds the latest records of each piece of that state
+    # (walg.pxi): ("key", tube, key) or ("policy", tube) -> (file number, records).
+    cdef dict ext_items
+    cdef object replay_tube           # the tube of the last EXT_TUBE record replayed
+    cdef object replay_key            # (id, key, cooldown ns) of the last EXT_KEY replayed, or None
+
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
     cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 
@@ -442,6 +465,7 @@ cdef class Conn:
     cdef Py_ssize_t list_nkeys, list_pos   # how many; heap entries looked at
     cdef bint list_more               # candidates beyond the page were dropped
 
+    cdef object put_key               # (key, cooldown ns) of the put in progress, or None
     cdef bint big_puts                # its last put was big: reads are taken apart (feed_after_big_put)
 
     # put in progress (between the put line and its body)

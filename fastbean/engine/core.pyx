@@ -8,7 +8,7 @@ from fastbean.config import BATCH_LIMIT, DEFAULT_BINLOG_SIZE, DEFAULT_MAX_JOB_SI
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MAX
 from libc.stdlib cimport malloc, calloc, free, qsort
-from libc.string cimport memcpy, memset, memmove
+from libc.string cimport memcmp, memcpy, memset, memmove
 from libc.stdio cimport snprintf
 from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
@@ -32,7 +32,7 @@ from fastbean.engine.wire cimport (
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT, OP_COUNT, OP_TEST_RESET,
     OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, OP_RESERVE_BATCH,
-    OP_DELETE_BATCH,
+    OP_DELETE_BATCH, OP_RETRY_LIMIT, RETRY_SHOW, RETRY_DEFAULT,
     ERR_NONE, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
 )
 
@@ -54,6 +54,8 @@ include "job.pxi"
 
 # The policy:
 include "walg.pxi"
+include "keys.pxi"
+include "retry.pxi"
 include "stats.pxi"
 include "metrics.pxi"
 include "conn.pxi"
@@ -70,6 +72,13 @@ include "turn.pxi"
 include "probes.pxi"
 
 
+def put_tag(bytes rest):
+    """What follows a put's size, if it is an idempotency tag (" idp:KEY" or
+    " idp:KEY:SECONDS"): (key, cooldown seconds); else None."""
+    t = key_parse(PyBytes_AS_STRING(rest), PyBytes_GET_SIZE(rest))
+    return None if t is None else (t[0], t[1] // 1000000000)
+
+
 cdef class Core:
     """All queue state of one server."""
 
@@ -83,7 +92,7 @@ cdef class Core:
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
                  next_file=None, testing=False, strict=False, drop_others=None,
-                 lease_over=None):
+                 lease_over=None, retry_limit=0, dead_letter_tube=None):
         """Limits as the command line sets them, and the hooks (see core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
@@ -98,7 +107,9 @@ cdef class Core:
         connection and get their Conns. strict=True answers every protocol
         extension (fastbean-stats, flush-tube...) UNKNOWN_COMMAND, as
         beanstalkd 1.12 does. lease_over() says a command came
-        after the end set by set_lease(). Without hooks (in-process tests)
+        after the end set by set_lease(). retry_limit (and
+        dead_letter_tube, bytes) is the retry limit of every tube whose own
+        retry-limit has not been set (retry.pxi). Without hooks (in-process tests)
         the caller calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
@@ -128,6 +139,12 @@ cdef class Core:
         self.os_version = u.version.encode()
         self.machine = u.machine.encode()
         self.version = version if isinstance(version, bytes) else version.encode()
+        self.keys = {}
+        self.job_keys = {}
+        self.gone = {}
+        self.policies = {}
+        self.default_policy = (int(retry_limit), dead_letter_tube or None) if retry_limit else None
+        self.ext_items = {}
         self.wal_on = False
         self.wba = bytearray()
         self.wsegs = []
@@ -244,6 +261,16 @@ cdef class Core:
     def max_id(self):
         # replay_max_id: a standby's jobs stay in replay until it takes over
         return max(self.next_id - 1, self.replay_max_id)
+
+    @property
+    def current_keys(self):
+        """Idempotency keys held by live jobs."""
+        return len(self.keys)
+
+    @property
+    def cooling_keys(self):
+        """Idempotency keys of deleted jobs in their cooldown (some may have ended)."""
+        return len(self.gone)
 
     def has_job(self, uint64_t id):
         return job_find(self, id) != NULL

@@ -5,8 +5,8 @@
 #
 # Offers: URGENT_PRI, KICK_BATCH, job_unlink, job_make_ready, job_make_delayed,
 #   job_bury, job_reserve, process_queue, batch_answer, kick_one, job_delete, job_drop,
-#   queue_tick, next_deadline, rearm.
-# Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, conn.
+#   job_retry, job_retry_over, queue_tick, next_deadline, rearm.
+# Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, keys, retry, conn.
 
 cdef enum:
     URGENT_PRI = 1024                 # pri below this counts as urgent
@@ -188,6 +188,8 @@ cdef int job_drop(Core core, Job *j) except -1:
     # Out for good, logged as a delete; stats-tube's cmd-delete counts only
     # delete commands, so flush-tube (flush.pxi) comes here directly.
     job_unlink(core, j)
+    if j.flags & JOB_KEYED:
+        key_release(core, j)            # its cooldown's records go before the delete
     if core.wal_on and j.wal_file:
         # spends the space reserved at put time; cannot fail for room
         wal_record(core, j, False)
@@ -195,6 +197,59 @@ cdef int job_drop(Core core, Job *j) except -1:
         wal_disown(core, j)
     job_free(core, j)
     return 0
+
+
+cdef int job_retry(Core core, Job *j) except -1:
+    # j (unlinked) was released without a delay or timed out: back to ready,
+    # unless its tube's retry limit says it has had its attempts. Under a
+    # limit, each attempt is logged, so that the counts survive a restart.
+    p = retry_policy(core, j.tube)
+    if p is not None and retry_applies(core, j, p) and job_retry_over(core, j, p):
+        return 0
+    job_make_ready(core, j)
+    if p is not None and core.wal_on and wal_room(core, WAL_SHORT, 0):
+        wal_record(core, j, False)
+    return 0
+
+
+cdef bint job_retry_over(Core core, Job *j, tuple p) except -1:
+    # j (unlinked) has reached its tube's retry limit: bury it, or move it,
+    # ready, to the dead-letter tube, keeping its id and counts. False when
+    # the binlog has no room for that (j is left to the caller).
+    cdef bytes dlq = p[1]
+    cdef Tube *old
+    if dlq is None or dlq == <bytes>j.tube.name:
+        if core.wal_on and not wal_room(core, WAL_SHORT, 0):
+            return False
+        job_bury(core, j)
+        if core.wal_on:
+            wal_record(core, j, False)
+        core.retry_buried += 1
+        return True
+    # beanstalkd's binlog has no move: the job is deleted and put again
+    # under the same id, a delete record then a full one in the new tube.
+    if core.wal_on and not wal_room(
+            core, WAL_SHORT + 4 + PyBytes_GET_SIZE(dlq) + sizeof(Jobrec) + j.body_size, 0):
+        return False
+    if j.flags & JOB_KEYED:
+        # the key was the old tube's: it goes with no cooldown
+        k = key_unbind(core, j)
+        if k[1] and core.wal_on:
+            core.wal_resv -= gone_size(<bytes>j.tube.name, <bytes>k[0])
+    if core.wal_on:
+        wal_record(core, j, False)      # state JOB_INVALID: the delete record
+        wal_disown(core, j)             # its full record's size is the old tube's
+    old = j.tube
+    j.tube = tube_get(core, PyBytes_AS_STRING(dlq), PyBytes_GET_SIZE(dlq), True)
+    tube_incref(j.tube)
+    tube_decref(core, old)
+    j.tube.total_jobs += 1
+    if core.wal_on:
+        j.state = JOB_READY
+        wal_record(core, j, True)
+    core.dead_lettered += 1
+    job_make_ready(core, j)
+    return True
 
 
 cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
@@ -231,7 +286,7 @@ cdef Py_ssize_t queue_tick(Core core, int64_t now, Py_ssize_t budget) except -1:
         job_unlink(core, j)
         j.timeout_ct += 1
         core.job_timeouts += 1
-        job_make_ready(core, j)
+        job_retry(core, j)
         if c.wait == WAIT_JOB:
             conn_retime(core, c, now)
         done += 1

@@ -3,7 +3,7 @@
 # last record says (wal_replay_finish).
 #
 # Offers: wal_replay, wal_replay_finish.
-# Uses: clock, vec, mem, wal, tube, job, walg, queue.
+# Uses: clock, vec, mem, wal, tube, job, walg, keys, retry, queue.
 
 
 cdef tuple wal_replay(Core core, object data, int64_t seq):
@@ -47,10 +47,45 @@ cdef tuple wal_replay(Core core, object data, int64_t seq):
     return (count, pos, reason)
 
 
+cdef object _replay_ext(Core core, Jobrec *rec, const char *name, int32_t namelen):
+    # An extension record (wal.pxi): the state it carries, kept in the file
+    # being replayed as when it was written.
+    cdef uint32_t kind = rec.pri
+    nm = PyBytes_FromStringAndSize(name, namelen)
+    if kind == EXT_TUBE:
+        if not name_ok(name, namelen):
+            return "bad tube name in an extension record"
+        core.replay_tube = nm
+    elif kind == EXT_KEY:
+        if key_parse(PyBytes_AS_STRING(b" idp:" + nm), namelen + 5) is None:
+            return "bad key in an extension record"
+        core.replay_key = (<uint64_t>rec.delay, nm, rec.deadline_at)
+    elif kind == EXT_GONE or kind == EXT_POLICY:
+        if core.replay_tube is None:
+            return "extension record without its tube"
+        if kind == EXT_GONE:
+            if key_parse(PyBytes_AS_STRING(b" idp:" + nm), namelen + 5) is None:
+                return "bad key in an extension record"
+            if rec.deadline_at > wall_ns():
+                gone_set(core, core.replay_tube, nm, <uint64_t>rec.delay, rec.deadline_at, False)
+        else:
+            if namelen and not name_ok(name, namelen):
+                return "bad tube name in an extension record"
+            policy_set(core, core.replay_tube, rec.reserve_ct, nm if namelen else None,
+                       rec.kick_ct == 1, False)
+        core.replay_tube = None
+    else:
+        return "unknown extension record %d" % kind
+    return None
+
+
 cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t namelen,
                           const char *body):
-    cdef Job *j = job_find(core, rec.id)
+    cdef Job *j
     cdef Tube *t
+    if rec.id == EXT_ID:
+        return _replay_ext(core, rec, name, namelen)
+    j = job_find(core, rec.id)
     if rec.id > core.replay_max_id:
         core.replay_max_id = rec.id
     if j == NULL:
@@ -64,6 +99,8 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
         list_push_back(&core.replayed, j, LINK_STATE)
     elif rec.state == JOB_INVALID:
         list_remove(&core.replayed, j, LINK_STATE)
+        if j.flags & JOB_KEYED:
+            key_unbind(core, j)         # its cooldown, if any, came just before
         wal_disown(core, j)
         job_free(core, j)
         return None
@@ -85,6 +122,12 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
     if namelen:
         wal_disown(core, j)
         wal_own(core, j)
+        if core.replay_key is not None:
+            if (<tuple>core.replay_key)[0] == j.id:
+                if j.flags & JOB_KEYED:
+                    key_unbind(core, j)
+                key_bind(core, j, (<tuple>core.replay_key)[1], (<tuple>core.replay_key)[2])
+            core.replay_key = None
     return None
 
 
@@ -110,6 +153,10 @@ cdef Py_ssize_t wal_replay_finish(Core core) except -1:
             job_make_ready(core, j)
         count += 1
     core.wal_resv = WAL_SHORT * core.jobs.count
+    for id, k in core.job_keys.items():
+        if (<tuple>k)[1]:               # room for its cooldown's records
+            core.wal_resv += gone_size(<bytes>job_find(core, id).tube.name, <bytes>(<tuple>k)[0])
+    core.replay_tube = core.replay_key = None
     if core.replay_max_id >= core.next_id:
         core.next_id = core.replay_max_id + 1
     return count

@@ -135,5 +135,12 @@ cdef bytes ext_yaml(Core core):
         b"jobs-batch-reserved: %d\n" % core.jobs_batch_reserved,
         b"cmd-delete-batch: %d\n" % core.delete_batch_ct,
         b"jobs-batch-deleted: %d\n" % core.jobs_batch_deleted,
+        b"cmd-retry-limit: %d\n" % core.retry_limit_ct,
+        b"jobs-retry-buried: %d\n" % core.retry_buried,
+        b"jobs-dead-lettered: %d\n" % core.dead_lettered,
+        b"retry-limited-tubes: %d\n" % len(core.policies),
+        b"put-key-hits: %d\n" % core.key_hits,
+        b"current-keys: %d\n" % len(core.keys),
+        b"current-keys-cooling: %d\n" % len(core.gone),
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

@@ -2,14 +2,15 @@
 # (fastbean.testing and the pytest plugin use them; Core(testing=True)).
 #
 # Offers: test_command.
-# Uses: clock, hooks, tube, conn, queue.
+# Uses: clock, hooks, tube, walg, conn, queue.
 #
 #   fastbean-clock-advance SECONDS[.FRACTION]  -> ADVANCED <offset ns>
 #       moves the engine's clock (clock_offset) forward, then runs every timer
 #       now due before it answers;
 #   fastbean-reset  -> RESET, then the connection is closed
 #       drops every other connection, deletes every job, forgets every tube,
-#       pause and counter, leaves drain mode and sets the clock back.
+#       pause, counter, cooling key and retry limit, leaves drain mode and
+#       sets the clock back.
 
 # The clock moves at most this far in all (~73 years), so that deadlines
 # stay far from int64 overflow.
@@ -71,6 +72,11 @@ cdef int _reset(Core core, Conn c) except -1:
         tube_retime(core, t)
         tube_decref(core, t)
         i -= 1
+    # the extensions' state that outlives jobs: cooling keys, retry limits
+    for what in list(core.ext_items):
+        ext_disown(core, what)
+    core.gone = {}
+    core.policies = {}
     memset(core.cmd_ct, 0, sizeof(core.cmd_ct))
     core.job_timeouts = core.total_jobs = core.total_conns = 0
     core.wal_written = core.wal_migrated = 0

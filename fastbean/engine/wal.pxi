@@ -2,8 +2,8 @@
 # encoding a job's record and reading records back. The files are
 # binlog.py's business, the space and ownership walg.pxi's.
 #
-# Offers: WAL_SHORT, WAL_HEADER, wal_full_size, rec_fill, rec_fill_marker,
-#   header_check, rec_read.
+# Offers: WAL_SHORT, WAL_HEADER, EXT_ID, EXT_TUBE, EXT_KEY, EXT_GONE, EXT_POLICY,
+#   wal_full_size, rec_fill, rec_fill_marker, ext_rec, header_check, rec_read.
 # Python: FILE_HEADER, FILE_FIRST_RECORD, id_marker.
 # Uses: clock.
 #
@@ -21,6 +21,18 @@ cdef enum:
     WAL_VERSION = 7
     WAL_SHORT = 84            # int32 0 + Jobrec
     WAL_HEADER = 4            # int32 version
+
+# The extension records: Jobrec.pri says which, the name and the numbers
+# what (ext_rec). Each is one record of job EXT_ID.
+cdef uint64_t EXT_ID = 0xffffffffffffffff
+cdef enum:
+    EXT_TUBE = 1              # name: the tube the next EXT_GONE or EXT_POLICY is about
+    EXT_KEY = 2               # name: the key of job `delay`, whose full record comes next;
+                              #   deadline_at: its cooldown, ns (0: none)
+    EXT_GONE = 3              # name: a key deleted with a cooldown; delay: its job's id;
+                              #   deadline_at: the cooldown's end, wall ns
+    EXT_POLICY = 4            # name: the dead-letter tube, or empty (bury);
+                              #   reserve_ct: the retry limit; kick_ct: 1 = back to the default
 
 
 cdef int32_t _version = WAL_VERSION
@@ -69,6 +81,29 @@ cdef void rec_fill_marker(Jobrec *r, uint64_t max_id, int64_t wall) noexcept:
     r.pad2[0] = WAL_SIG0
     r.pad2[1] = WAL_SIG1
     r.pad2[2] = WAL_SIG2
+
+
+cdef bytes ext_rec(uint32_t kind, bytes name, int64_t a, int64_t b, uint32_t n, uint32_t flag):
+    # One extension record: int32 name length, the name, a Jobrec of job
+    # EXT_ID in state "deleted" (no body follows), signed like every record.
+    cdef Jobrec r
+    cdef int32_t namelen = <int32_t>PyBytes_GET_SIZE(name)
+    memset(&r, 0, sizeof(Jobrec))
+    r.id = EXT_ID
+    r.pri = kind
+    r.delay = a
+    r.ttr = 1000000000
+    r.body_size = 2
+    r.created_at = wall_ns()
+    r.deadline_at = b
+    r.reserve_ct = n
+    r.kick_ct = flag
+    r.state = JOB_INVALID
+    r.pad2[0] = WAL_SIG0
+    r.pad2[1] = WAL_SIG1
+    r.pad2[2] = WAL_SIG2
+    return (PyBytes_FromStringAndSize(<char *>&namelen, 4) + name
+            + PyBytes_FromStringAndSize(<char *>&r, sizeof(Jobrec)))
 
 
 def id_marker(uint64_t max_id):
@@ -131,7 +166,13 @@ cdef object rec_read(const char *p, Py_ssize_t n, Py_ssize_t pos, int *signed, J
         return "torn record"
     name[0] = p + pos + 4
     body[0] = NULL
-    if namelen[0]:
+    if rec.id == EXT_ID:
+        if rec.state != JOB_INVALID:
+            return "corrupt record"
+        size[0] = need                  # an extension record: its reader checks the name
+        return None
+    if namelen[0] and rec.state != JOB_INVALID:
+        # a full record; as in beanstalkd, a deleted one has no body
         need += rec.body_size
         if pos + need > n:
             return "truncated record"

@@ -5,8 +5,9 @@
 # full, and which file holds each job's latest full record (a file goes once
 # it and every older one hold none; migration moves the stragglers forward).
 #
-# Offers: wal_marker, wal_record, wal_room, wal_switch, wal_links_on, wal_take,
-#   wal_own, wal_disown, wal_file_add, wal_collect, wal_migrate.
+# Offers: wal_marker, wal_record, wal_room, wal_switch, wal_links_on,
+#   wal_take, wal_own, wal_disown, wal_file_add, wal_collect, wal_migrate, ext_put,
+#   ext_own, ext_disown.
 # Uses: clock, hooks, vec, wal, job.
 
 
@@ -46,17 +47,31 @@ cdef int wal_marker(Core core) except -1:
     return wal_put(core, <char *>&rec, sizeof(Jobrec))
 
 
+cdef inline Py_ssize_t wal_key_size(Core core, Job *j) noexcept:
+    # The bytes of the EXT_KEY record before each full record of a keyed job.
+    if not j.flags & JOB_KEYED:
+        return 0
+    return PyBytes_GET_SIZE(<bytes>(<tuple>core.job_keys[j.id])[2])
+
+
 cdef int wal_record(Core core, Job *j, bint full) except -1:
     # Append j's record: full (put, migration) or short (every update).
-    # The caller has made sure the current file has room (wal_room).
+    # The caller has made sure the current file has room (wal_room) for it,
+    # and for a keyed job's key record (wal_key_size), which goes first.
     cdef Jobrec rec
     cdef int32_t namelen = 0
     cdef bytes name
+    cdef bytes key
     rec_fill(j, &rec, mono_ns(), wall_ns())
     if full:
         name = <bytes>j.tube.name
         namelen = <int32_t>PyBytes_GET_SIZE(name)
-        wal_begin(core, wal_full_size(j))
+        if j.flags & JOB_KEYED:
+            key = <bytes>(<tuple>core.job_keys[j.id])[2]
+            wal_begin(core, PyBytes_GET_SIZE(key) + wal_full_size(j))
+            wal_put(core, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+        else:
+            wal_begin(core, wal_full_size(j))
         wal_put(core, <char *>&namelen, 4)
         wal_put(core, PyBytes_AS_STRING(name), namelen)
         wal_put(core, <char *>&rec, sizeof(Jobrec))
@@ -179,6 +194,7 @@ cdef int wal_file_add(Core core, int64_t seq, int64_t cap, int64_t used) except 
     f = &core.wfiles[core.nwfiles]
     f.seq = seq
     f.njobs = 0
+    f.nitems = 0
     f.jobs.head = f.jobs.tail = NULL
     core.nwfiles += 1
     core.wal_cap = cap
@@ -189,7 +205,7 @@ cdef int wal_file_add(Core core, int64_t seq, int64_t cap, int64_t used) except 
 cdef list wal_collect(Core core):
     # Forget the oldest files no live job needs; their numbers.
     gone = []
-    while core.nwfiles > 1 and core.wfiles[0].njobs == 0:
+    while core.nwfiles > 1 and core.wfiles[0].njobs == 0 and core.wfiles[0].nitems == 0:
         gone.append(core.wfiles[0].seq)
         memmove(core.wfiles, core.wfiles + 1, (core.nwfiles - 1) * sizeof(WalFile))
         core.nwfiles -= 1
@@ -202,9 +218,72 @@ cdef Py_ssize_t wal_migrate(Core core, Py_ssize_t limit) except -1:
     cdef Job *j
     while n < limit and core.nwfiles > 1 and core.wfiles[0].jobs.head != NULL:
         j = core.wfiles[0].jobs.head
-        if not wal_room(core, wal_full_size(j), 0):
+        if not wal_room(core, wal_full_size(j) + wal_key_size(core, j), 0):
             break
         wal_record(core, j, True)
         core.wal_migrated += 1
+        n += 1
+    if n < limit and core.nwfiles > 1 and core.wfiles[0].nitems:
+        n += _ext_migrate(core, core.wfiles[0].seq, limit - n)
+    return n
+
+
+# The extensions' state that belongs to no job (keys cooling down after
+# their job's delete, retry limits) is written as extension records
+# (wal.pxi) whenever it changes. Its latest records keep their file, as a
+# job's latest full record does, and migration re-writes them forward.
+
+cdef int ext_put(Core core, object what, bytes recs) except -1:
+    # Append the records of `what` (a key of core.ext_items; the caller has
+    # checked the room): the current file holds them from here on, and
+    # those of it before are dead.
+    wal_begin(core, PyBytes_GET_SIZE(recs))
+    wal_put(core, PyBytes_AS_STRING(recs), PyBytes_GET_SIZE(recs))
+    core.wal_written += 1
+    core.wal_seq += 1
+    ext_own(core, what, recs)
+    return 0
+
+
+cdef int ext_own(Core core, object what, bytes recs) except -1:
+    # The current file holds the latest records of `what` (also for replay).
+    cdef WalFile *f = &core.wfiles[core.nwfiles - 1]
+    ext_disown(core, what)
+    f.nitems += 1
+    core.wal_live += PyBytes_GET_SIZE(recs)
+    core.ext_items[what] = (f.seq, recs)
+    return 0
+
+
+cdef int ext_disown(Core core, object what) except -1:
+    # `what` needs no records any more (or is about to get newer ones).
+    cdef WalFile *f
+    old = core.ext_items.pop(what, None)
+    if old is None:
+        return 0
+    f = &core.wfiles[<int64_t>old[0] - core.wfiles[0].seq]
+    f.nitems -= 1
+    core.wal_live -= PyBytes_GET_SIZE(<bytes>old[1])
+    return 0
+
+
+cdef Py_ssize_t _ext_migrate(Core core, int64_t seq, Py_ssize_t limit) except -1:
+    # Re-write up to `limit` pieces of state whose records are in file seq,
+    # dropping the cooldowns that have ended instead.
+    cdef Py_ssize_t n = 0
+    cdef int64_t now = wall_ns()
+    for what, (at, recs) in list(core.ext_items.items()):
+        if n >= limit:
+            break
+        if at != seq:
+            continue
+        if what[0] == "key" and (<tuple>core.gone[what[1:]])[1] <= now:
+            del core.gone[what[1:]]
+            ext_disown(core, what)
+        elif wal_room(core, PyBytes_GET_SIZE(recs), 0):
+            ext_put(core, what, recs)
+            core.wal_migrated += 1
+        else:
+            break
         n += 1
     return n
