@@ -82,6 +82,10 @@ fastbean's own options:
                          client sends a token whose SHA-256 is in FILE (lines NAME SHA256
                          [ROLE[:TUBE-GLOB,...] ...], roles producer, worker, monitor, admin;
                          no roles: admin; reloaded on SIGHUP; see docs/tls.md)
+ --retry-limit N         bury a job once it has been released or has timed out N times
+                         in all, in every tube without a retry-limit of its own
+                         (default: 0, no limit; see docs/protocol-extensions.md)
+ --dead-letter-tube TUBE move such jobs, ready, to TUBE instead of burying them
  --strict                answer exactly as beanstalkd 1.12: every protocol extension
                          (fastbean-stats, flush-tube, ...) gets beanstalkd's answer,
                          UNKNOWN_COMMAND (BAD_FORMAT for reserve-batch)
@@ -118,7 +122,8 @@ VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
                 "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens",
-                "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file")
+                "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file",
+                "retry-limit", "dead-letter-tube")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -237,6 +242,18 @@ def _name(text, what):
     return text
 
 
+TUBE_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-+/;.$_()")
+
+
+def _tube_name(text, what):
+    # beanstalkd's rule for tube names
+    raw = text.encode("utf-8", "surrogateescape")
+    if not 1 <= len(raw) <= 200 or raw[:1] == b"-" or not set(raw) <= TUBE_BYTES:
+        raise Usage("%s: not a tube name (1 to 200 letters, digits and -+/;.$_(), "
+                    "not starting with -): %s" % (what, text))
+    return text
+
+
 def _long_option(opts, name, value):
     """--name value, into opts."""
     if name == "max-memory":
@@ -270,6 +287,13 @@ def _long_option(opts, name, value):
         opts[name.replace("-", "_")] = value
     elif name == "replicate-timeout":
         opts["replicate_timeout"] = _seconds(value, "--replicate-timeout")
+    elif name == "retry-limit":
+        limit = _size(value, "--retry-limit")
+        if limit > 0xffffffff:
+            raise Usage("--retry-limit: at most %d" % 0xffffffff)
+        opts["retry_limit"] = limit
+    elif name == "dead-letter-tube":
+        opts["dead_letter_tube"] = _tube_name(value, "--dead-letter-tube")
     else:
         opts["max_connections"] = _size(value, "--max-connections")
 
@@ -389,6 +413,10 @@ def parse_args(argv, warn=_warn):
     for flag in ("replicate_ca", "replicate_cert", "replicate_key", "replicate_auth_file"):
         if flag in opts and not opts.get("replicate"):
             raise Usage("--%s needs --replicate" % flag.replace("_", "-"))
+    if "dead_letter_tube" in opts and not opts.get("retry_limit"):
+        raise Usage("--dead-letter-tube needs --retry-limit")
+    if opts.get("strict") and opts.get("retry_limit"):
+        raise Usage("--retry-limit is a protocol extension, which --strict turns off")
     if "replicate_key" in opts and "replicate_cert" not in opts:
         raise Usage("--replicate-key needs --replicate-cert")
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:

@@ -77,6 +77,8 @@ class Config:
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
     strict: bool = False                  # --strict: every protocol extension off, as beanstalkd 1.12
+    retry_limit: int = 0                  # --retry-limit: default releases + timeouts before a bury; 0 = none
+    dead_letter_tube: Optional[str] = None   # --dead-letter-tube: move such jobs there instead
     replicate: Optional[tuple] = None     # --replicate: NATS server URLs; None = no replication
     replicate_stream: str = DEFAULT_STREAM     # --replicate-stream: stream (and lease bucket) name
     replicate_ca: Optional[str] = None    # --replicate-ca: TLS to NATS, its servers checked against this CA

@@ -167,6 +167,21 @@ def exposition(server):
             [("", core.delete_batch_ct)])
     _metric(out, "fastbean_jobs_batch_deleted_total", "counter",
             "Jobs deleted by delete-batch commands.", [("", core.jobs_batch_deleted)])
+    _metric(out, "fastbean_cmd_retry_limit_total", "counter", "retry-limit commands run.",
+            [("", core.retry_limit_ct)])
+    _metric(out, "fastbean_jobs_retry_buried_total", "counter",
+            "Jobs buried because they reached their tube's retry limit.", [("", core.retry_buried)])
+    _metric(out, "fastbean_jobs_dead_lettered_total", "counter",
+            "Jobs moved to a dead-letter tube because they reached their tube's retry limit.",
+            [("", core.dead_lettered)])
+    _metric(out, "fastbean_put_key_hits_total", "counter",
+            "Puts with an idempotency key answered with the job already holding it.",
+            [("", core.key_hits)])
+    _metric(out, "fastbean_keys", "gauge", "Idempotency keys held by live jobs.",
+            [("", core.current_keys)])
+    _metric(out, "fastbean_keys_cooling", "gauge",
+            "Idempotency keys of deleted jobs still in their cooldown.",
+            [("", core.cooling_keys)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",

@@ -111,6 +111,8 @@ class Server:
             next_file=self._next_file if logged else None,
             testing=config.testing,
             strict=config.strict,
+            retry_limit=config.retry_limit,
+            dead_letter_tube=config.dead_letter_tube.encode() if config.dead_letter_tube else None,
             drop_others=self.connections.drop_others if config.testing else None,
             lease_over=self._lease_over if config.replicate else None,
         )
