@@ -15,6 +15,7 @@ import collections
 import logging
 import time
 
+from fastbean.engine.core import put_tag
 from fastbean.engine.parser import Parser
 from fastbean.logs import event
 from fastbean.server.roles import ALLOW, BY_ID, DENY, HIDE, PEEK_USED
@@ -57,6 +58,8 @@ DENIALS = DenialLog()
 
 # list-tube's states as the parser numbers them (engine/wire.pxd)
 LIST_STATES = {1: b"ready", 2: b"reserved", 3: b"buried", 4: b"delayed"}
+# what a retry-limit line asks, as the parser numbers it (engine/wire.pxd)
+RETRY_SHOW, RETRY_SET, RETRY_DEFAULT = 0, 1, 2
 
 
 def _line(item):
@@ -65,6 +68,13 @@ def _line(item):
         state, key, job, count = item[2:]
         cursor = b"%d.%d" % (key, job) if job else b"0"
         return b"list-tube %s %s %d\r\n" % (LIST_STATES[state], cursor, count)
+    if item[0] == "retry-limit":
+        ask, limit, dead = item[2:]
+        if ask == RETRY_SHOW:
+            return b"retry-limit\r\n"
+        if ask == RETRY_DEFAULT:
+            return b"retry-limit default\r\n"
+        return b"retry-limit %d%s\r\n" % (limit, b" " + dead if dead else b"")
     words = [item[0].encode()]
     for arg in item[2:]:
         words.append(arg if isinstance(arg, bytes) else b"%d" % arg)
@@ -105,7 +115,7 @@ class RoleFilter:
 
     def feed(self, data):
         forward = []
-        for item in self._parser.parse(data, self._fits):
+        for item in self._parser.parse(data, self._fits, self._tagged):
             if self._transport.is_closing():
                 return
             if forward and item[0] in BY_ID:
@@ -121,6 +131,10 @@ class RoleFilter:
 
     def _fits(self, nbytes):
         return nbytes <= self._max_job_size
+
+    def _tagged(self, rest):
+        # a put's idempotency tag: its body follows, as the engine reads it
+        return not self._core.strict and put_tag(rest) is not None
 
     def _judge(self, item):
         """The bytes to give the engine for a parsed command, or None when it
@@ -155,19 +169,19 @@ class RoleFilter:
         # the tube a refused command was about, for the log
         if isinstance(arg, bytes):
             return arg
-        if command == "put" or command in PEEK_USED or command == "list-tube":
+        if command in ("put", "list-tube", "retry-limit") or command in PEEK_USED:
             return self._used
         if command in ("reserve", "reserve-with-timeout", "reserve-batch"):
             return b",".join(self._watched)
         return None
 
     def _put_line(self, item):
-        pri, delay, ttr, nbytes, garbage = item[2:]
+        pri, delay, ttr, nbytes, rest = item[2:]
         allowed = self._roles.verdict("put", None, self._used, self._watched, None) == ALLOW
-        if garbage and nbytes <= self._max_job_size:
+        if rest and not self._tagged(rest) and nbytes <= self._max_job_size:
             # no body follows this line (the engine's rule)
             return self._answer(b"BAD_FORMAT\r\n") if allowed else self._refuse("put", self._used)
-        self._put = (b"put %d %d %d %d\r\n" % (pri, delay, ttr, nbytes), nbytes, allowed)
+        self._put = (b"put %d %d %d %d%s\r\n" % (pri, delay, ttr, nbytes, rest), nbytes, allowed)
         return None
 
     def _put_end(self, item):

@@ -95,10 +95,14 @@ class Roles:
             return ALLOW if tube is not None and self.allows(role, tube) else HIDE
         if command in PEEK_USED or command == "list-tube":
             return ALLOW if self.allows(MONITOR, used) else DENY
+        if command == "retry-limit" and arg == 0:
+            # showing the used tube's limit is a monitor's; setting it an admin's
+            return ALLOW if self.allows(MONITOR, used) else DENY
         if command == "stats-tube":
             return ALLOW if self.allows(MONITOR, arg) else DENY
         if command in ("stats", "list-tubes"):
             return ALLOW if self.sees_server() else DENY
-        # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats; and
+        # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats,
+        # retry-limit that sets; and
         # delete-batch, whose ids would each need their tube judged: admin only
         return DENY
