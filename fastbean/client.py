@@ -354,6 +354,42 @@ class Client:
                               b"INSERTED")
         return self._int(words)
 
+    def put_unique(self, body: bytes, key: str | bytes, cooldown: int = 0, pri: int = 0,
+                   delay: int = 0, ttr: int = 60) -> tuple[int, str | None]:
+        """A new job in the tube in use unless one put with this idempotency key
+        (tuber's idp:KEY, a fastbean extension) is live there, or was deleted
+        less than `cooldown` seconds ago: (id, None) for a new job, else
+        (that job's id, its state: "ready", "reserved", "delayed", "buried"
+        or "deleted"). A more urgent `pri` is given to the live job.
+        BAD_FORMAT from a server without it."""
+        k = key.encode() if isinstance(key, str) else key
+        if not 1 <= len(k) <= 200 or any(c <= 32 or c > 126 for c in k):
+            raise ValueError("a key is 1 to 200 printable ASCII bytes without spaces")
+        tag = b"idp:" + k + (b":%d" % cooldown if cooldown else b"")
+        words, _ = self._call(b"put %d %d %d %d %s\r\n%s" % (pri, delay, ttr, len(body), tag, body),
+                              b"INSERTED")
+        if len(words) < 2 or len(words) > 4 or not words[1].isdigit():
+            raise self._alien(b" ".join(words))
+        return int(words[1]), words[2].decode().lower() if len(words) > 2 else None
+
+    def retry_limit(self, limit: int | None = None, dead_letter: str | bytes | None = None,
+                    default: bool = False) -> tuple[int, str | None]:
+        """The retry limit of the tube in use (a fastbean extension): with
+        `limit`, set it (0: none), burying jobs that reach it or moving them to
+        `dead_letter`; with default=True, go back to the server's default.
+        Returns the limit in force, (0, None) for none, and its dead-letter
+        tube or None. ServerError UNKNOWN_COMMAND from a server without it."""
+        if default:
+            line = b"retry-limit default"
+        elif limit is None:
+            line = b"retry-limit"
+        else:
+            line = b"retry-limit %d" % limit + (b" " + _tube(dead_letter) if dead_letter else b"")
+        words, _ = self._call(line, b"RETRY_LIMIT")
+        if len(words) not in (2, 3) or not words[1].isdigit():
+            raise self._alien(b" ".join(words))
+        return int(words[1]), words[2].decode() if len(words) == 3 else None
+
     def peek(self, job_id: int) -> bytes:
         """The body of a job; NotFound if there is no such job."""
         return self._job(*self._call(b"peek %d" % job_id, b"FOUND"))[1]
