@@ -383,6 +383,23 @@ def test_flush_on_a_strict_fastbean_falls_back():
         assert result.stdout.decode() == "flushed 4 jobs from tube 't' with peek and delete\n"
 
 
+def test_put_with_a_key_and_retry_limit_or_why_not(server):
+    # fastbean has both; beanstalkd has neither, and the tool says so in one line
+    put = ctl(server.port, "put", "-t", "k", "--key", "job-1", "--cooldown", "60", "body")
+    limit = ctl(server.port, "retry-limit", "k", "3", "--dead-letter", "dead")
+    if server.kind == "beanstalkd":
+        one_line_error(put, 4, "has no idempotency keys")
+        one_line_error(limit, 4, "has no retry limits")
+        return
+    assert ok(put) == "inserted job 1 into tube 'k' with key job-1\n"
+    again = json.loads(ok(ctl(server.port, "--json", "put", "-t", "k", "--key", "job-1", "other")))
+    assert again == {"id": 1, "tube": "k", "key": "job-1", "existing": "ready"}
+    assert ok(limit) == "tube 'k': a job is moved to tube 'dead' once released or timed out 3 times\n"
+    assert ok(ctl(server.port, "retry-limit", "k")) == ok(limit)
+    assert ok(ctl(server.port, "retry-limit", "k", "--default")) == "tube 'k': no retry limit\n"
+    one_line_error(ctl(server.port, "put", "--key", "a b", "x"), 2, "not a key")
+
+
 # -- addresses, failures and bad input
 
 @pytest.mark.parametrize("kind", ["fastbean", "beanstalkd"])

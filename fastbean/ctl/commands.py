@@ -4,7 +4,7 @@ import base64
 import json
 import sys
 
-from fastbean.client import NotFound
+from fastbean.client import NotFound, ServerError
 from fastbean.ctl import top
 from fastbean.ctl.defaults import EXIT_NOT_FOUND, EXIT_OK, PROG
 from fastbean.ctl.defaults import count as _count
@@ -153,9 +153,49 @@ def cmd_pause(args, client):
 
 def cmd_put(args, client):
     client.use(args.tube.encode())
-    job_id = client.put(args.body_bytes, args.pri, args.delay, args.ttr)
-    _say(args, "inserted job %d into tube %s" % (job_id, _quoted(args.tube)),
-         {"id": job_id, "tube": args.tube})
+    if args.key is None:
+        job_id = client.put(args.body_bytes, args.pri, args.delay, args.ttr)
+        _say(args, "inserted job %d into tube %s" % (job_id, _quoted(args.tube)),
+             {"id": job_id, "tube": args.tube})
+        return EXIT_OK
+    try:
+        job_id, state = client.put_unique(args.body_bytes, args.key, args.cooldown, args.pri,
+                                          args.delay, args.ttr)
+    except ServerError as e:
+        if e.reply != b"BAD_FORMAT":
+            raise
+        raise ServerError("%s has no idempotency keys (beanstalkd, or fastbean --strict)"
+                          % client.where, e.reply) from None
+    if state is None:
+        text = "inserted job %d into tube %s with key %s" % (job_id, _quoted(args.tube), args.key)
+    elif state == "deleted":
+        text = "not inserted: key %s was job %d's, deleted less than its cooldown ago" % (
+            args.key, job_id)
+    else:
+        text = "not inserted: key %s is job %d's, %s in tube %s" % (
+            args.key, job_id, state, _quoted(args.tube))
+    _say(args, text, {"id": job_id, "tube": args.tube, "key": args.key, "existing": state})
+    return EXIT_OK
+
+
+def cmd_retry_limit(args, client):
+    client.use(args.tube.encode())
+    try:
+        if args.default:
+            limit, dead = client.retry_limit(default=True)
+        else:
+            limit, dead = client.retry_limit(args.limit, args.dead_letter)
+    except ServerError as e:
+        if e.reply != b"UNKNOWN_COMMAND":
+            raise
+        raise ServerError("%s has no retry limits (beanstalkd, or fastbean --strict)"
+                          % client.where, e.reply) from None
+    if not limit:
+        text = "tube %s: no retry limit" % _quoted(args.tube)
+    else:
+        text = "tube %s: a job is %s once released or timed out %d times" % (
+            _quoted(args.tube), "moved to tube %s" % _quoted(dead) if dead else "buried", limit)
+    _say(args, text, {"tube": args.tube, "limit": limit, "dead_letter_tube": dead})
     return EXIT_OK
 
 

@@ -26,6 +26,7 @@ from fastbean.ctl.commands import (
     cmd_pause,
     cmd_peek,
     cmd_put,
+    cmd_retry_limit,
     cmd_stats,
     cmd_top,
     cmd_tubes,
@@ -99,6 +100,15 @@ def _tube(text):
         check_tube(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _key(text):
+    # an idempotency key as the server takes it
+    raw = text.encode("utf-8", "surrogateescape")
+    if not 1 <= len(raw) <= 200 or any(c <= 32 or c > 126 for c in raw):
+        raise argparse.ArgumentTypeError(
+            "not a key (1 to 200 printable ASCII characters, no spaces): %r" % text)
     return text
 
 
@@ -212,6 +222,22 @@ def build_parser():
     sub.add_argument("--ttr", metavar="SECONDS", type=_uint("a number of seconds"),
                      default=PUT_TTR_S,
                      help="seconds a worker may hold the job (default: %d)" % PUT_TTR_S)
+    sub.add_argument("--key", type=_key,
+                     help="an idempotency key: no second job while one put with it is in the "
+                          "tube (a fastbean and tuber extension)")
+    sub.add_argument("--cooldown", metavar="SECONDS", type=_uint("a number of seconds"), default=0,
+                     help="with --key: the key holds for this long after its job is deleted")
+
+    sub = command("retry-limit", cmd_retry_limit,
+                  "show or set how many releases and timeouts a tube's jobs get before they "
+                  "are buried, or moved to a dead-letter tube (a fastbean extension)")
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+    sub.add_argument("limit", metavar="N", nargs="?", type=_uint("a count"),
+                     help="the limit to set (0: none)")
+    sub.add_argument("--dead-letter", metavar="TUBE", type=_tube,
+                     help="move such jobs, ready, to this tube instead of burying them")
+    sub.add_argument("--default", action="store_true",
+                     help="go back to the server's default (--retry-limit)")
 
     sub = command("delete", cmd_delete, "delete jobs by id")
     sub.add_argument("ids", metavar="ID", nargs="+", type=JOB_ID)
