@@ -545,6 +545,41 @@ def test_a_flush_survives_a_failover(cluster, nodes, tmp_path):
         assert total_jobs(c) == len(kept)
 
 
+def test_keys_and_retry_limits_survive_a_failover(cluster, nodes, tmp_path):
+    # their records ride in the replication log as in a binlog: the node
+    # that takes over answers keyed puts and applies limits as the old one did
+    for name in ("a", "b"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    with primary.client() as c:
+        c.use("t")
+        c.watch("t")
+        live, _ = c.put_unique(b"live", "live", pri=9)
+        gone, _ = c.put_unique(b"gone", "gone", cooldown=3600)
+        c.delete(gone)
+        assert c.retry_limit(2, "dead") == (2, "dead")
+        tried = c.put(b"tried")
+        c.reserve_job(tried)
+        c.cmd(b"release %d 0 0" % tried, b"RELEASED")
+        moved = c.put(b"moved")
+        for _ in range(2):
+            c.reserve_job(moved)
+            c.cmd(b"release %d 0 0" % moved, b"RELEASED")
+    primary.kill()
+    new = find_primary(nodes, exclude=(primary,))
+    with new.client() as c:
+        c.use("t")
+        assert c.put_unique(b"x", "live", pri=3) == (live, "ready")
+        assert c.stats_job(live)["pri"] == 3
+        assert c.cmd(b"put 0 0 60 1 idp:gone\r\nx") == b"INSERTED %d DELETED" % gone
+        assert c.retry_limit() == (2, "dead")
+        assert job_info(c, [moved])[moved][:3] == ("dead", 0, "ready")
+        assert c.stats_job(tried)["releases"] == 1
+        c.reserve_job(tried)
+        c.cmd(b"release %d 0 0" % tried, b"RELEASED")
+        assert c.stats_job(tried)["tube"] == "dead"
+
+
 def test_replicated_binlog_directory_must_be_a_mirror(cluster, tmp_path):
     # A directory with a binlog of a lone server is not emptied by --replicate.
     lone = Server("fastbean", "-b", tmp_path).start()

@@ -268,6 +268,7 @@ class FakeTransport:
 
 class FakeCore:
     job_tube = staticmethod({}.get)
+    strict = False
 
 
 class FakeConn:
@@ -320,6 +321,20 @@ def test_extensions_by_role(guarded):
              b"WATCHING 2\r\nWATCHING 1\r\nRESERVED_BATCH 1\r\nRESERVED %d 7\r\nbatched\r\n"
              b"NOT_PERMITTED\r\nNOT_PERMITTED\r\n" % job)
         talk(t, b"delete %d\r\n" % job, b"DELETED\r\n")
+
+
+def test_keys_and_retry_limits_by_role(guarded):
+    with login(guarded, "prod") as t:
+        reply = ask(t, b"use jobs-k\r\nput 0 0 60 1 idp:k\r\na\r\nput 0 0 60 1 idp:k\r\nb\r\n",
+                    b" READY\r\n")
+        job = int(reply.split(b"\r\n")[1].split()[1])
+        assert reply == b"USING jobs-k\r\nINSERTED %d\r\nINSERTED %d READY\r\n" % (job, job)
+        talk(t, b"retry-limit\r\nretry-limit 3\r\n", b"NOT_PERMITTED\r\n" * 2)
+    with login(guarded, "mon") as t:
+        talk(t, b"use jobs-k\r\nretry-limit\r\nretry-limit 3 dead\r\nretry-limit default\r\n",
+             b"USING jobs-k\r\nRETRY_LIMIT 0\r\n" + b"NOT_PERMITTED\r\n" * 2)
+    with login(guarded, "boss") as t:
+        talk(t, b"use jobs-k\r\nretry-limit 3 dead\r\n", b"USING jobs-k\r\nRETRY_LIMIT 3 dead\r\n")
 
 
 def test_answers_wait_for_the_engine_however_its_replies_are_cut():
@@ -491,6 +506,8 @@ SESSION_LINES = st.sampled_from([
     b"list-tubes\r\n", b"list-tube-used\r\n", b"list-tubes-watched\r\n", b"nonsense\r\n", b"\r\n",
     b"delete x\r\n", b"y" * 300 + b"\r\n", b"stats-job 99\r\n", b"stats-tube nothing\r\n",
     b"reserve-batch 2\r\n", b"reserve-batch 3 0\r\n", b"reserve-batch 0\r\n",
+    b"put 0 0 60 2 idp:k\r\nhi\r\n", b"put 1 0 60 2 idp:k:5\r\nhi\r\n", b"put 0 0 60 2 idp:\r\nhi\r\n",
+    b"retry-limit\r\n",
 ])
 
 
