@@ -44,6 +44,19 @@ class Model:
         self.next_id = 1
         self.tubes = ["default"]
         self.buried = {}              # tube -> [ids], oldest first
+        self.keys = {}                # (tube, key) -> id of the live job put with it
+        self.job_keys = {}            # id -> (key, cooldown)
+        self.cooling = {}             # (tube, key) -> id deleted with a cooldown (never over here)
+        self.limits = {}              # tube -> (retry limit, dead-letter tube or None)
+
+    def forget(self, jid):
+        # a job deleted: its key goes, or cools down
+        j = self.jobs.pop(jid)
+        if jid in self.job_keys:
+            key, cool = self.job_keys.pop(jid)
+            del self.keys[(j.tube, key)]
+            if cool:
+                self.cooling[(j.tube, key)] = jid
 
     def referenced(self, tube, conns):
         return (tube == "default" or any(j.tube == tube for j in self.jobs.values())
@@ -169,7 +182,7 @@ class EngineVsModel(RuleBasedStateMachine):
             return
         if j.state == "buried":
             self.model.buried[j.tube].remove(j.id)
-        del self.model.jobs[jid]
+        self.model.forget(jid)
         self.model.gc(self.mconns())
         assert got == b"DELETED\r\n"
 
@@ -186,7 +199,7 @@ class EngineVsModel(RuleBasedStateMachine):
                 continue
             if j.state == "buried":
                 self.model.buried[j.tube].remove(j.id)
-            del self.model.jobs[jid]
+            self.model.forget(jid)
             deleted += 1
         self.model.gc(self.mconns())
         assert got == b"DELETED_BATCH %d %d\r\n" % (deleted, len(ids) - deleted)
@@ -201,7 +214,58 @@ class EngineVsModel(RuleBasedStateMachine):
             return
         j.state, j.owner, j.pri = "ready", None, pri
         j.releases += 1
+        limit, dead = self.model.limits.get(j.tube, (0, None))
+        if limit and j.releases >= limit:           # buried, or moved to the dead-letter tube
+            if dead is None or dead == j.tube:
+                j.state = "buried"
+                j.buries += 1
+                self.model.buried.setdefault(j.tube, []).append(j.id)
+            else:
+                if jid in self.model.job_keys:      # its key stays behind, with no cooldown
+                    del self.model.keys[(j.tube, self.model.job_keys.pop(jid)[0])]
+                j.tube = dead
+                self.model.touch_tube(dead)
+                self.model.gc(self.mconns())
         assert got == b"RELEASED\r\n"
+
+    @rule(i=idx, limit=st.integers(0, 2), dead=st.sampled_from([None, "c", "a"]),
+          default=st.booleans())
+    def retry_limit(self, i, limit, dead, default):
+        m = self.mconns()[i]
+        if default:
+            got = self.send(i, b"retry-limit default\r\n")
+            self.model.limits.pop(m.use, None)
+        else:
+            got = self.send(i, b"retry-limit %d%s\r\n" % (limit, b" " + dead.encode() if dead else b""))
+            self.model.limits[m.use] = (limit, dead)
+        limit, dead = self.model.limits.get(m.use, (0, None))
+        if not limit:
+            assert got == b"RETRY_LIMIT 0\r\n"
+        else:
+            assert got == b"RETRY_LIMIT %d%s\r\n" % (limit, b" " + dead.encode() if dead else b"")
+
+    @rule(i=idx, pri=pri, key=st.sampled_from(["x", "y"]), cool=st.sampled_from([0, 3600]))
+    def put_keyed(self, i, pri, key, cool):
+        m = self.mconns()[i]
+        tag = b"idp:%s" % key.encode() + (b":%d" % cool if cool else b"")
+        got = self.send(i, b"put %d 0 1000 1 %s\r\nk\r\n" % (pri, tag))
+        name = (m.use, key)
+        jid = self.model.next_id
+        self.model.next_id += 1                     # taken at the put line, even when no job is made
+        if name in self.model.keys:
+            j = self.model.jobs[self.model.keys[name]]
+            more = b""
+            if pri < j.pri:
+                j.pri = pri
+                more = b" %d" % pri
+            assert got == b"INSERTED %d %s%s\r\n" % (j.id, j.state.upper().encode(), more)
+        elif name in self.model.cooling:
+            assert got == b"INSERTED %d DELETED\r\n" % self.model.cooling[name]
+        else:
+            self.model.jobs[jid] = ModelJob(jid, m.use, pri, b"k")
+            self.model.keys[name] = jid
+            self.model.job_keys[jid] = (key, cool)
+            assert got == b"INSERTED %d\r\n" % jid
 
     @rule(i=idx, pri=pri, data=st.data())
     def bury(self, i, pri, data):
@@ -318,7 +382,7 @@ class EngineVsModel(RuleBasedStateMachine):
         got = self.send(i, b"flush-tube %s\r\n" % t.encode())
         gone = [jid for jid, j in self.model.jobs.items() if j.tube == t]
         for jid in gone:
-            del self.model.jobs[jid]
+            self.model.forget(jid)
         self.model.buried.pop(t, None)
         self.model.gc(self.mconns())
         assert got == b"FLUSHED %d\r\n" % len(gone)
@@ -328,7 +392,7 @@ class EngineVsModel(RuleBasedStateMachine):
         got = self.send(i, b"flush-buried %s\r\n" % t.encode())
         gone = self.model.buried.pop(t, [])
         for jid in gone:
-            del self.model.jobs[jid]
+            self.model.forget(jid)
         self.model.gc(self.mconns())
         assert got == b"FLUSHED %d\r\n" % len(gone)
 

@@ -2,7 +2,7 @@
 # (Core.check); debug builds (FASTBEAN_DEBUG=1) run it after every command.
 #
 # Offers: debug_check, core_check.
-# Uses: table, queue.
+# Uses: table, job, queue.
 
 
 cdef void debug_check(Core core) except *:
@@ -73,4 +73,10 @@ cdef int core_check(Core core) except -1:
     assert delayed == core.delayed_ct and buried == core.buried_ct
     assert reserved == core.reserved_ct
     assert ready + delayed + buried + reserved == core.jobs.count, "a job is in no structure"
+    # every keyed job is in both key tables, and nothing else is
+    assert len(core.job_keys) == len(core.keys), "key tables"
+    for name, id in core.keys.items():
+        j = job_find(core, id)
+        assert j != NULL and j.flags & JOB_KEYED and <bytes>j.tube.name == name[0], "a key's job"
+        assert (<tuple>core.job_keys[id])[0] == name[1], "a key's job has another key"
     return 0
