@@ -19,9 +19,9 @@ def latency_histograms(core: Core) -> Tuple[List[float], List[Tuple[str, List[in
 def stats_text(core: Core) -> bytes: ...
 def tube_rows(core: Core, limit: int) -> Tuple[List[tuple], tuple]: ...
 
-@final
 def put_tag(rest: bytes) -> Optional[Tuple[bytes, int]]: ...
 
+@final
 class Core:
     def __init__(
         self,

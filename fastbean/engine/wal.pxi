@@ -24,15 +24,19 @@ cdef enum:
 
 # The extension records: Jobrec.pri says which, the name and the numbers
 # what (ext_rec). Each is one record of job EXT_ID.
+#   EXT_TUBE    name: the tube the next EXT_GONE or EXT_POLICY is about
+#   EXT_KEY     name: the key of job `delay`, whose full record comes next;
+#               deadline_at: its cooldown, ns (0: none)
+#   EXT_GONE    name: a key deleted with a cooldown; delay: its job's id;
+#               deadline_at: the cooldown's end, wall ns
+#   EXT_POLICY  name: the dead-letter tube, or empty (bury); reserve_ct: the
+#               retry limit; kick_ct: 1 = back to the server's default
 cdef uint64_t EXT_ID = 0xffffffffffffffff
 cdef enum:
-    EXT_TUBE = 1              # name: the tube the next EXT_GONE or EXT_POLICY is about
-    EXT_KEY = 2               # name: the key of job `delay`, whose full record comes next;
-                              #   deadline_at: its cooldown, ns (0: none)
-    EXT_GONE = 3              # name: a key deleted with a cooldown; delay: its job's id;
-                              #   deadline_at: the cooldown's end, wall ns
-    EXT_POLICY = 4            # name: the dead-letter tube, or empty (bury);
-                              #   reserve_ct: the retry limit; kick_ct: 1 = back to the default
+    EXT_TUBE = 1
+    EXT_KEY = 2
+    EXT_GONE = 3
+    EXT_POLICY = 4
 
 
 cdef int32_t _version = WAL_VERSION
