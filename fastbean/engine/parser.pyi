@@ -8,5 +8,8 @@ ERR_NAMES: Dict[int, Optional[str]]
 class Parser:
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> None: ...
     def parse(
-        self, data: Union[bytes, bytearray, memoryview], accept: Optional[Callable[[int], bool]] = ...
+        self,
+        data: Union[bytes, bytearray, memoryview],
+        accept: Optional[Callable[[int], bool]] = ...,
+        tagged: Optional[Callable[[bytes], bool]] = ...,
     ) -> List[Tuple[object, ...]]: ...
