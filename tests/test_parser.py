@@ -137,3 +137,54 @@ def test_test_only_commands_parse():
             ("fastbean-reset", "BAD_FORMAT"), ("fastbean-reset", "BAD_FORMAT"),
             ("UNKNOWN_COMMAND", None)]
     assert compiled([data]) == want == reference([data])
+
+
+# -- long batch lines (Parser.long_lines, an engine not in --strict) --------------------
+
+def long_parse(chunks):
+    p = Parser()
+    p.long_lines = True
+    out = []
+    for c in chunks:
+        out += p.parse(c, accept)
+    return out
+
+
+BATCH_LINES = st.one_of(
+    st.builds(lambda word, n, sep: word + b" " + sep.join(b"%d" % (i + 1) for i in range(n)),
+              st.sampled_from([b"delete-batch", b"delete-each"]), st.integers(1, 1100),
+              st.sampled_from([b" ", b"  ", b" x "])),
+    st.sampled_from([b"stats", b"delete 3", b"put 0 0 1 1\r\nx", b"x" * 300, b"delete-batch"]),
+)
+
+
+@settings(max_examples=200 * FUZZ, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lines=st.lists(BATCH_LINES, min_size=1, max_size=4), rnd=st.randoms(use_true_random=False),
+       n=st.integers(0, 12))
+def test_long_batch_lines_parse_alike_however_they_are_cut(lines, rnd, n):
+    # each batch line is one command, its ids (at most 1000) or BAD_FORMAT; the
+    # commands around it are read as they would be without it
+    data = b"".join(line + b"\r\n" for line in lines)
+    whole = long_parse([data])
+    assert long_parse(splits(data, rnd, n)) == whole
+    expected = []
+    for line in lines:
+        if line.startswith(b"delete-") and b" " in line and line.split(b" ", 1)[0] in (
+                b"delete-batch", b"delete-each"):
+            words = line.split(b" ")
+            ok = len(words) <= 1001 and all(w.isdigit() for w in words[1:])
+            name = words[0].decode()
+            expected.append((name, None, tuple(int(w) for w in words[1:])) if ok
+                            else ((name, "BAD_FORMAT") if len(line) <= 12 + 1000 * 21
+                                  else ("BAD_FORMAT", None)))
+        else:
+            expected += long_parse([line + b"\r\n"]) if not line.startswith(b"put") else \
+                long_parse([line + b"\r\n"])
+    assert whole == expected
+
+
+def test_a_long_line_of_anything_else_is_still_dropped():
+    assert long_parse([b"stats " + b"x" * 300 + b"\r\nstats\r\n"]) == [
+        ("BAD_FORMAT", None), ("stats", None)]
+    # beanstalkd's framing without long_lines
+    assert compiled([b"delete-batch " + b"1 " * 200 + b"1\r\n"])[0] == ("BAD_FORMAT", None)

@@ -6,7 +6,9 @@
 # exceptions. The framing rules are beanstalkd 1.12's (reference notes §1.1):
 # a line is complete at the first CR if an LF follows it, and a line with no
 # usable CRLF in its first 224 bytes is dropped up to the next CRLF, which is
-# then answered with a single BAD_FORMAT.
+# then answered with a single BAD_FORMAT. With long_lines (an engine not in
+# --strict), a delete-batch or delete-each line may run to LONG_LINE_MAX
+# bytes (tuber takes 1000 ids in one line).
 
 cimport cython
 
@@ -30,6 +32,13 @@ cdef class Parser:
     cdef int state
     cdef bint skipping_line       # dropping an over-long line up to its CRLF
 
+    # A long line of a batch command (S_LONG), gathered here; once parsed, its
+    # bytes, which the Cmd's name points into until the next call.
+    cdef public bint long_lines   # take them (the engine sets it unless --strict)
+    cdef bytearray long
+    cdef bytes long_line
+    cdef bint skip_cr             # S_LONG_SKIP: the last byte dropped was a CR
+
     # Body of a put in progress, or bytes being swallowed.
     cdef char *body               # nbytes + 2 bytes the caller owns, filled in place
     cdef Py_ssize_t need          # bytes still to come into body / to discard
@@ -47,3 +56,4 @@ cdef class Parser:
     cdef void no_body(self) noexcept
     cdef void discard_input(self) noexcept
     cdef int _advance(self) except -1
+    cdef bint _long_line(self, Cmd *cmd) except -1

@@ -6,6 +6,7 @@ ERR_NAMES: Dict[int, Optional[str]]
 
 @final
 class Parser:
+    long_lines: bool
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> None: ...
     def parse(
         self,

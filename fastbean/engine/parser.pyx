@@ -4,6 +4,7 @@
 from libc.string cimport memchr, memcpy, memcmp
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_GET_SIZE
 
 from fastbean.engine.wire cimport (
     Cmd, LINE_MAX, name_byte, name_ok,
@@ -13,7 +14,7 @@ from fastbean.engine.wire cimport (
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
     OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
-    OP_DELETE_BATCH, OP_RETRY_LIMIT,
+    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH,
     LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED, RETRY_SHOW, RETRY_SET, RETRY_DEFAULT,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
@@ -24,6 +25,10 @@ cdef enum:
     S_BODY = 2        # filling a put body
     S_DISCARD = 3     # swallowing a rejected body
     S_QUIT = 4        # after quit: nothing more is read
+    S_LONG = 5        # gathering a long batch line (long_lines)
+    S_LONG_SKIP = 6   # dropping one longer still, up to its CRLF
+    # the longest batch line: "delete-batch" and 1000 ids of 20 digits
+    LONG_LINE_MAX = 12 + 1000 * 21
 
 cdef inline bint _is_space(char c) noexcept:
     # C isspace() in the "C" locale, as strtol/strtoul skip.
@@ -224,18 +229,21 @@ cdef bint _retry_args(Cmd *cmd, const char *p, const char *end) noexcept:
 
 
 cdef bint _ids(Cmd *cmd, const char *p, const char *end) noexcept:
-    # delete-batch's " <id>[ <id>...]": the engine reads the ids from the
-    # text kept in name/name_len, each checked here as a 64-bit number
+    # delete-batch's (and delete-each's) " <id>[ <id>...]", 1 to BATCH_MAX
+    # ids: the engine reads them from the text kept in name/name_len, each
+    # checked here as a 64-bit number
     cdef uint64_t id
+    cdef int count = 0
     if p == end:
         return False
     cmd.name, cmd.name_len = p + 1, end - p - 1
     while p < end:
-        if p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        if p[0] != c' ' or p + 1 == end or p[1] == c' ' or count == BATCH_MAX:
             return False
         p = _read_uint(p + 1, end, UINT64_MAX, &id)
         if p == NULL:
             return False
+        count += 1
     return True
 
 
@@ -342,6 +350,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_DELETE_BATCH
             if not _ids(cmd, s + 12, end):
                 cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"delete-each", 11):
+            # fastbean's: delete-batch with the ids not found in the reply
+            cmd.op = OP_DELETE_EACH
+            if not _ids(cmd, s + 11, end):
+                cmd.err = ERR_BAD_FORMAT
     elif c == c'b':
         if _is(s, n, b"bury ", 5):
             p = _read_uint(s + 5, end, UINT64_MAX, &cmd.id)
@@ -421,6 +434,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             _ext_name(cmd, s + 12, end, OP_FLUSH_BURIED)
 
 
+cdef inline bint _long_start(const char *p) noexcept:
+    # an over-long window (LINE_MAX bytes) that starts a batch line
+    return memcmp(p, b"delete-batch ", 13) == 0 or memcmp(p, b"delete-each ", 12) == 0
+
+
 cdef inline int _scan(const char *p, Py_ssize_t avail, Py_ssize_t *linelen) noexcept:
     # beanstalkd's framing over a window of at most LINE_MAX bytes that starts
     # at a line start: the first CR among the first (window - 1) bytes ends the
@@ -450,6 +468,7 @@ cdef class Parser:
         self.llen = 0
         self.state = S_LINE
         self.skipping_line = False
+        self.long_lines = False
         self.body = NULL
 
     cpdef feed(self, data):
@@ -468,7 +487,8 @@ cdef class Parser:
             self.queued += PyBytes_GET_SIZE(data)
 
     cdef Py_ssize_t buffered(self) noexcept:
-        return (self.cend - self.cpos) + self.queued + self.llen
+        return (self.cend - self.cpos) + self.queued + self.llen + (
+            0 if self.long is None else PyByteArray_GET_SIZE(self.long))
 
     cdef void discard_input(self) noexcept:
         # After quit: nothing more from this connection is looked at.
@@ -479,9 +499,37 @@ cdef class Parser:
         self.qhead = 0
         self.queued = 0
         self.llen = 0
+        self.long = None
         self.body = NULL
         self.need = 0
         self.state = S_QUIT
+
+    cdef bint _long_line(self, Cmd *cmd) except -1:
+        # S_LONG: gather the line up to its CRLF, at most LONG_LINE_MAX bytes
+        # before it; True with cmd filled once it is whole.
+        cdef Py_ssize_t have, take, at
+        while self._advance():
+            have = PyByteArray_GET_SIZE(self.long)
+            take = self.cend - self.cpos
+            if take > LONG_LINE_MAX + 2 - have:
+                take = LONG_LINE_MAX + 2 - have
+            self.long += self.cbuf[self.cpos:self.cpos + take]
+            self.cpos += take
+            at = self.long.find(b"\r\n", have - 1 if have else 0)
+            if at >= 0:
+                # bytes past the line came from this chunk: give them back
+                self.cpos -= PyByteArray_GET_SIZE(self.long) - at - 2
+                self.long_line = bytes(self.long[:at])
+                self.long = None
+                self.state = S_LINE
+                _parse_line(PyBytes_AS_STRING(self.long_line), at, cmd)
+                return True
+            if PyByteArray_GET_SIZE(self.long) >= LONG_LINE_MAX + 2:
+                self.skip_cr = self.long[-1] == 13
+                self.long = None
+                self.state = S_LONG_SKIP
+                return False
+        return False
 
     cdef int _advance(self) except -1:
         # Move to the next queued chunk when the current one is used up.
@@ -519,8 +567,12 @@ cdef class Parser:
                         line = self.cbuf + self.cpos
                         self.cpos += linelen
                     elif r == -1:
+                        if self.long_lines and not self.skipping_line and _long_start(self.cbuf + self.cpos):
+                            self.long = bytearray(self.cbuf[self.cpos:self.cpos + LINE_MAX])
+                            self.state = S_LONG
+                        else:
+                            self.skipping_line = True
                         self.cpos += LINE_MAX
-                        self.skipping_line = True
                         continue
                     else:
                         memcpy(self.lbuf, self.cbuf + self.cpos, n)
@@ -542,8 +594,12 @@ cdef class Parser:
                         self.llen = 0
                         line = self.lbuf
                     elif r == -1:
+                        if self.long_lines and not self.skipping_line and _long_start(self.lbuf):
+                            self.long = bytearray(self.lbuf[:LINE_MAX])
+                            self.state = S_LONG
+                        else:
+                            self.skipping_line = True
                         self.llen = 0
-                        self.skipping_line = True
                         continue
                     else:
                         continue
@@ -595,6 +651,28 @@ cdef class Parser:
                 cmd.op = OP_SKIPPED
                 cmd.err = self.skip_err
                 return 1
+            elif self.state == S_LONG:
+                if self._long_line(cmd):
+                    return 1
+                if self.state == S_LONG:
+                    return 0
+            elif self.state == S_LONG_SKIP:
+                while self._advance():
+                    line = <const char *>memchr(self.cbuf + self.cpos, c'\n', self.cend - self.cpos)
+                    if line == NULL:
+                        self.skip_cr = self.cbuf[self.cend - 1] == c'\r'
+                        self.cpos = self.cend
+                        continue
+                    take = line - (self.cbuf + self.cpos)
+                    if (take == 0 and self.skip_cr) or (take > 0 and line[-1] == c'\r'):
+                        self.cpos += take + 1
+                        self.state = S_LINE
+                        cmd.op = OP_BAD_FORMAT
+                        cmd.err = ERR_NONE
+                        return 1
+                    self.skip_cr = False
+                    self.cpos += take + 1
+                return 0
             elif self.state == S_QUIT:
                 return 0
             else:
@@ -678,7 +756,7 @@ OP_NAMES = {
     OP_BAD_FORMAT: "BAD_FORMAT", OP_EXT: "fastbean-stats", OP_TEST_RESET: "fastbean-reset",
     OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
     OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
-    OP_DELETE_BATCH: "delete-batch", OP_RETRY_LIMIT: "retry-limit",
+    OP_DELETE_BATCH: "delete-batch", OP_RETRY_LIMIT: "retry-limit", OP_DELETE_EACH: "delete-each",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -703,7 +781,7 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound)
     if op == OP_RESERVE_TIMEOUT:
         return (name, err, cmd.timeout)
-    if op == OP_DELETE_BATCH and err is None:
+    if (op == OP_DELETE_BATCH or op == OP_DELETE_EACH) and err is None:
         return (name, err, tuple(int(w) for w in cmd.name[:cmd.name_len].split(b" ")))
     if op == OP_RETRY_LIMIT and err is None:
         return (name, err, cmd.list_state, cmd.bound, cmd.name[:cmd.name_len] if cmd.name_len else None)

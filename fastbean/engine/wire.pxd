@@ -9,7 +9,7 @@ cdef enum:
     LINE_MAX = 224          # bytes, CRLF included (11 + 201 + 12: the longest pause-tube)
     NAME_MAX = 200          # bytes of a tube name
     LIST_MAX = 1000         # jobs in one page of list-tube
-    BATCH_MAX = 1000        # jobs one reserve-batch takes, as tuber's
+    BATCH_MAX = 1000        # jobs one reserve-batch takes, ids one delete-batch names, as tuber's
 
 # The states list-tube names: the same numbers as the engine's JobState.
 cdef enum ListState:
@@ -71,7 +71,8 @@ cdef enum Op:
     OP_RESERVE_BATCH = 36     # reserve-batch <count> [<timeout>] (queue.pxi)
     OP_DELETE_BATCH = 37      # delete-batch <id>... (cmds.pxi)
     OP_RETRY_LIMIT = 38       # retry-limit [<count> [<tube>] | default] (retry.pxi)
-    OP_COUNT = 39
+    OP_DELETE_EACH = 39       # delete-each <id>... (cmds.pxi)
+    OP_COUNT = 40
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
