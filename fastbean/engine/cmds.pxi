@@ -216,10 +216,14 @@ cdef int cmd_delete_batch(Core core, Conn c, Cmd *cmd) except -1:
     # by another connection is not found), then DELETED_BATCH <deleted>
     # <not found>. Each is logged as a delete; as for flush-tube, stats-tube's
     # cmd-delete counts delete commands only.
+    # delete-each is the same with the ids not found in its reply
+    # (DELETED_EACH <deleted> <not found> <id>...).
     cdef const char *p = cmd.name
     cdef const char *end = cmd.name + cmd.name_len
     cdef uint64_t id, deleted = 0, missing = 0
     cdef Job *j
+    cdef bint each = cmd.op == OP_DELETE_EACH
+    cdef list absent = [] if each else None
     core.delete_batch_ct += 1
     while p < end:
         id = 0
@@ -231,10 +235,15 @@ cdef int cmd_delete_batch(Core core, Conn c, Cmd *cmd) except -1:
         if j == NULL or j.state == JOB_INVALID or (
                 j.state == JOB_RESERVED and j.owner != <PyObject *>c):
             missing += 1
+            if each:
+                absent.append(b"%d" % id)
         else:
             job_drop(core, j)
             deleted += 1
     core.jobs_batch_deleted += deleted
+    if each:
+        return out_bytes(c, b"DELETED_EACH %d %d%s\r\n" % (
+            deleted, missing, b"".join([b" " + a for a in absent])))
     out_text(c, MSG_DELETED_BATCH)
     return out_bytes(c, b" %d %d\r\n" % (deleted, missing))
 
@@ -488,7 +497,7 @@ cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return cmd_list(core, c, cmd)
     elif op == OP_RESERVE_BATCH:
         return cmd_reserve_batch(core, c, cmd)
-    elif op == OP_DELETE_BATCH:
+    elif op == OP_DELETE_BATCH or op == OP_DELETE_EACH:
         return cmd_delete_batch(core, c, cmd)
     elif op == OP_RETRY_LIMIT:
         return cmd_retry_limit(core, c, cmd)

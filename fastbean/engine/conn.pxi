@@ -40,6 +40,7 @@ cdef Conn conn_new(Core core, object set_reading, object again):
     cdef Conn c = Conn.__new__(Conn)
     c.core = core
     c.parser = Parser()
+    c.parser.long_lines = not core.strict     # batch lines of tuber's length
     c.reading_cb = set_reading
     c.again_cb = again
     c.chunks = []

@@ -33,7 +33,7 @@ cdef _lat_families():
             (LAT_NONE, (OP_PUT, OP_QUIT)),    # a put is timed at its body (or its skipped body)
             (LAT_PUT, (OP_PUT_BODY, OP_SKIPPED)),
             (LAT_RESERVE, (OP_RESERVE, OP_RESERVE_TIMEOUT, OP_RESERVE_JOB, OP_RESERVE_BATCH)),
-            (LAT_DELETE, (OP_DELETE, OP_DELETE_BATCH)),
+            (LAT_DELETE, (OP_DELETE, OP_DELETE_BATCH, OP_DELETE_EACH)),
             (LAT_JOB, (OP_RELEASE, OP_BURY, OP_TOUCH, OP_KICK, OP_KICK_JOB)),
             (LAT_PEEK, (OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED)),
             (LAT_TUBE, (OP_USE, OP_WATCH, OP_IGNORE, OP_LIST_TUBE_USED, OP_PAUSE_TUBE)),

@@ -96,6 +96,7 @@ class RoleFilter:
         self._max_job_size = max_job_size
         self._conn = self._write = self._transport = None
         self._parser = Parser()
+        self._parser.long_lines = not core.strict       # as the engine's own parser
         self._used = b"default"             # the connection's tubes, as the engine has them
         self._watched = [b"default"]
         self._put = None                    # the put line whose body is awaited, and its verdict
