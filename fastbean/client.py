@@ -458,14 +458,26 @@ class Client:
         return [self._job(*self._reply("reserve-batch", (b"RESERVED",))) for _ in range(n)]
 
     def delete_batch(self, ids: Iterable[int]) -> tuple[int, int]:
-        """Delete jobs by id in one command (delete-batch, a fastbean and tuber
-        extension): (deleted, not found). As many ids as fit in a command line
-        (224 bytes); ServerError UNKNOWN_COMMAND from a server without it."""
+        """Delete up to 1000 jobs by id in one command (delete-batch, a fastbean
+        and tuber extension): (deleted, not found). ServerError
+        UNKNOWN_COMMAND from a server without it."""
         words, _ = self._call(b"delete-batch " + b" ".join(b"%d" % i for i in ids),
                               b"DELETED_BATCH")
         if len(words) != 3 or not words[1].isdigit() or not words[2].isdigit():
             raise self._alien(b" ".join(words))
         return int(words[1]), int(words[2])
+
+    def delete_each(self, ids: Iterable[int]) -> list[int]:
+        """Delete up to 1000 jobs by id in one command (delete-each, a fastbean
+        extension): the ids that were not found (or are reserved by another
+        client), in the order given; every other id was deleted. ServerError
+        UNKNOWN_COMMAND from a server without it."""
+        words, _ = self._call(b"delete-each " + b" ".join(b"%d" % i for i in ids),
+                              b"DELETED_EACH")
+        if len(words) < 3 or not all(w.isdigit() for w in words[1:]) or \
+                int(words[2]) != len(words) - 3:
+            raise self._alien(b" ".join(words))
+        return [int(w) for w in words[3:]]
 
     def list_tube(self, state: str, cursor: str = "0",
                   count: int = 1000) -> tuple[list[tuple[int, int, int, int, int]], str]:

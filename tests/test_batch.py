@@ -166,6 +166,8 @@ def test_a_batch_reserved_and_deleted_stays_deleted_after_kill_9(tmp_path):
     b"delete-batch", b"delete-batch ", b"delete-batch  1", b"delete-batch 1 ", b"delete-batch 1  2",
     b"delete-batch x", b"delete-batch 1 x", b"delete-batch -1", b"delete-batch +1",
     b"delete-batch 18446744073709551616", b"delete-batchx 1", b"delete-batch 1,2",
+    b"delete-each", b"delete-each 1 ", b"delete-each x", b"delete-eachx 1",
+    b"delete-batch " + b" ".join([b"1"] * 1001), b"delete-each " + b" ".join([b"1"] * 1001),
 ])
 def test_bad_delete_batch_lines_are_bad_format(fastbean_server, line):
     with fastbean_server.client() as c:
@@ -188,3 +190,58 @@ def test_the_python_client_deletes_a_batch():
             with pytest.raises(ServerError) as e:
                 c.delete_batch([1])
             assert e.value.reply == b"UNKNOWN_COMMAND"
+
+
+def test_delete_each_names_the_ids_it_did_not_delete(fastbean_server):
+    with fastbean_server.client() as c, fastbean_server.client() as worker:
+        ids = [c.put(b"x%d" % k) for k in range(4)]
+        held = worker.reserve_job(ids[3])[0]
+        assert c.cmd(b"delete-each %d 99999 %d %d %d" % (ids[0], ids[1], ids[1], held)) == \
+            b"DELETED_EACH 2 3 99999 %d %d" % (ids[1], held)
+        assert c.delete_each([ids[2], 12345]) == [12345]
+        assert c.yaml(b"fastbean-stats")["jobs-batch-deleted"] == 3
+
+
+@pytest.mark.parametrize("command", [b"delete-batch", b"delete-each"])
+def test_a_thousand_ids_in_one_line_cut_anywhere(fastbean_server, command):
+    # tuber's limit: lines far over beanstalkd's 224 bytes, whatever the reads
+    with fastbean_server.client() as c:
+        c.send(b"put 0 0 60 1\r\nx\r\n" * 1500)
+        ids = [int(c.line().split()[1]) for _ in range(1500)]
+        line = command + b" " + b" ".join(b"%d" % i for i in ids[:1000]) + b"\r\n"
+        for cut in (5, 223, 224, 225, 1500):           # then the rest in two reads
+            c.send(line[:cut])
+            time.sleep(0.05)
+            c.send(line[cut:len(line) // 2])
+            time.sleep(0.05)
+            c.send(line[len(line) // 2:] + b"stats-job %d\r\n" % ids[-1])
+            reply = c.line()
+            first = 1000 if cut == 5 else 0        # the first line deletes them all
+            assert reply.split()[1:3] == [b"%d" % first, b"%d" % (1000 - first)], (cut, reply[:40])
+            head = c.line()                         # and the next command is read as one
+            assert head.startswith(b"OK "), head
+            assert b"state: ready" in c.body(int(head.split()[1]))
+
+
+def test_a_batch_line_over_the_limit_is_one_bad_format(fastbean_server):
+    with fastbean_server.client() as c:
+        kept = c.put(b"kept")
+        c.send(b"delete-batch " + b"%d " % kept * 20000 + b"\r\nstats-job %d\r\n" % kept)
+        assert c.line() == b"BAD_FORMAT"
+        head = c.line()
+        assert head.startswith(b"OK ") and b"state: ready" in c.body(int(head.split()[1]))
+
+
+def test_strict_frames_a_long_batch_line_as_beanstalkd(tmp_path):
+    from tests.servers import Server
+    line = b"delete-batch " + b" ".join([b"1"] * 200) + b"\r\nstats\r\n"
+    heads = []
+    for name, args in (("beanstalkd", ()), ("fastbean", ("--strict",))):
+        s = Server(name, *args).start()
+        try:
+            with s.client() as c:
+                c.send(line)
+                heads.append((c.line(), c.line()[:3]))
+        finally:
+            s.kill()
+    assert heads[0] == heads[1] == (b"BAD_FORMAT", b"OK ")

@@ -188,21 +188,27 @@ class EngineVsModel(RuleBasedStateMachine):
 
     @rule(i=idx, data=st.data())
     def delete_batch(self, i, data):
-        # each id as delete takes it, repeats and unknown ids included
+        # each id as delete takes it, repeats and unknown ids included;
+        # delete-each names the ids it did not delete
         ids = data.draw(st.lists(st.sampled_from(sorted(self.model.jobs) + [self.model.next_id + 5]),
                                  min_size=1, max_size=6))
-        got = self.send(i, b"delete-batch %s\r\n" % b" ".join(b"%d" % j for j in ids))
-        deleted = 0
+        word = data.draw(st.sampled_from([b"delete-batch", b"delete-each"]))
+        got = self.send(i, b"%s %s\r\n" % (word, b" ".join(b"%d" % j for j in ids)))
+        deleted, missed = 0, []
         for jid in ids:
             j = self.model.jobs.get(jid)
             if j is None or (j.state == "reserved" and j.owner != i):
+                missed.append(b" %d" % jid)
                 continue
             if j.state == "buried":
                 self.model.buried[j.tube].remove(j.id)
             self.model.forget(jid)
             deleted += 1
         self.model.gc(self.mconns())
-        assert got == b"DELETED_BATCH %d %d\r\n" % (deleted, len(ids) - deleted)
+        if word == b"delete-each":
+            assert got == b"DELETED_EACH %d %d%s\r\n" % (deleted, len(missed), b"".join(missed))
+        else:
+            assert got == b"DELETED_BATCH %d %d\r\n" % (deleted, len(ids) - deleted)
 
     @rule(i=idx, pri=pri, data=st.data())
     def release(self, i, pri, data):
