@@ -8,8 +8,8 @@ One client takes every job of a full tube, a round of k jobs at a time (k =
 --depth), each round two writes and two reads:
 
   single   k x reserve-with-timeout 0, then k x delete of the ids they gave
-  batch    reserve-batch k, then delete-batch lines of 20 ids each (what one
-           224-byte line holds of ids this size)
+  batch    reserve-batch k, then one delete-batch line of the k ids (a batch
+           line may hold 1000, tuber's limit)
 
 The figure is jobs consumed per second (each reserved and deleted), the client
 being Python on the same machine; results to benchmarks/results/batches.json.
@@ -25,7 +25,7 @@ from tests.servers import Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 RESERVED = re.compile(rb"RESERVED (\d+) ")
-IDS_PER_LINE = 20              # what a 224-byte delete-batch line holds of ids this size
+IDS_PER_LINE = 1000            # the most ids one delete-batch line may hold
 
 
 def fill(srv, n):
