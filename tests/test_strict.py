@@ -20,6 +20,8 @@ EXTENSION_LINES = [
     b"list-tube ready 0 0",
     b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0",
     b"delete-batch 1 2", b"delete-batch", b"delete-batch x",
+    b"delete-each 1 2", b"delete-each", b"retry-limit", b"retry-limit 3", b"retry-limit 3 dead",
+    b"retry-limit default", b"retry-limit x",
 ]
 # beanstalkd reads a line that starts with "reserve" and is no reserve as a bad one
 BAD_FORMAT_LINES = {b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0"}
