@@ -34,6 +34,15 @@ def fastbean(tmp_path, *args):
     return Server("fastbean", "-b", str(tmp_path / "binlog"), *args).start()
 
 
+def test_a_job_without_a_key_costs_what_it_did():
+    # the key's flag lives in padding: the struct of every job is as big as
+    # before the extensions (144 bytes on x86-64, as in the tree before them)
+    import struct
+
+    from fastbean.engine.core import JOB_STRUCT_BYTES
+    assert JOB_STRUCT_BYTES == (144 if struct.calcsize("P") == 8 else JOB_STRUCT_BYTES)
+
+
 # -- replies -----------------------------------------------------------------------------
 
 def test_a_key_answers_with_its_live_job_and_its_state(fastbean_server):

@@ -72,6 +72,11 @@ include "turn.pxi"
 include "probes.pxi"
 
 
+# The bytes of a job's struct (the body follows it; JOB_SIZE_NO_WAL without a
+# binlog): tests hold it down, so that no feature makes every job bigger.
+JOB_STRUCT_BYTES = sizeof(Job)
+
+
 def put_tag(bytes rest):
     """What follows a put's size, if it is an idempotency tag (" idp:KEY" or
     " idp:KEY:SECONDS"): (key, cooldown seconds); else None."""
