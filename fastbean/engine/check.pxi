@@ -74,9 +74,11 @@ cdef int core_check(Core core) except -1:
     assert reserved == core.reserved_ct
     assert ready + delayed + buried + reserved == core.jobs.count, "a job is in no structure"
     # every keyed job is in both key tables, and nothing else is
-    assert len(core.job_keys) == len(core.keys), "key tables"
-    for name, id in core.keys.items():
-        j = job_find(core, id)
-        assert j != NULL and j.flags & JOB_KEYED and <bytes>j.tube.name == name[0], "a key's job"
-        assert (<tuple>core.job_keys[id])[0] == name[1], "a key's job has another key"
+    assert len(core.job_keys) == sum(len(d) for d in core.keys.values()), "key tables"
+    for tube, keys in core.keys.items():
+        assert keys, "an empty tube of keys"
+        for key, id in keys.items():
+            j = job_find(core, id)
+            assert j != NULL and j.flags & JOB_KEYED and <bytes>j.tube.name == tube, "a key's job"
+            assert (<tuple>core.job_keys[id])[0] == key, "a key's job has another key"
     return 0

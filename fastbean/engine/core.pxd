@@ -286,8 +286,8 @@ cdef class Core:
 
     # The extensions' state. Idempotency keys (keys.pxi): the live jobs' and
     # the deleted ones' still cooling down, per tube; retry limits (retry.pxi).
-    cdef dict keys                    # (tube name, key) -> id of the live job put with it
-    cdef dict job_keys                # id -> (key, cooldown ns, its EXT_KEY record) of each keyed job
+    cdef dict keys                    # tube name -> {key: id of the live job put with it}
+    cdef dict job_keys                # id -> (key, cooldown ns) of each keyed job
     cdef dict gone                    # (tube name, key) -> (id, cooldown end in wall ns)
     cdef dict policies                # tube name -> (limit, dead-letter tube or None); limit 0: none
     cdef tuple default_policy         # --retry-limit and --dead-letter-tube, or None

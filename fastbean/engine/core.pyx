@@ -270,7 +270,7 @@ cdef class Core:
     @property
     def current_keys(self):
         """Idempotency keys held by live jobs."""
-        return len(self.keys)
+        return len(self.job_keys)
 
     @property
     def cooling_keys(self):

@@ -52,8 +52,12 @@ cdef object key_parse(const char *p, Py_ssize_t n):
 cdef int key_bind(Core core, Job *j, bytes key, int64_t cool) except -1:
     # j (just made, or replayed) was put with key; the EXT_KEY record goes
     # before each of its full records from now on.
-    core.keys[(<bytes>j.tube.name, key)] = j.id
-    core.job_keys[j.id] = (key, cool, ext_rec(EXT_KEY, key, <int64_t>j.id, cool, 0, 0))
+    cdef object jid = j.id                # one int object for both tables
+    cdef dict tube_keys = core.keys.get(<bytes>j.tube.name)
+    if tube_keys is None:
+        tube_keys = core.keys[<bytes>j.tube.name] = {}
+    tube_keys[key] = jid
+    core.job_keys[jid] = (key, cool)
     j.flags |= JOB_KEYED
     return 0
 
@@ -61,9 +65,11 @@ cdef int key_bind(Core core, Job *j, bytes key, int64_t cool) except -1:
 cdef tuple key_unbind(Core core, Job *j):
     # j keeps no key any more: (key, cooldown ns) it had.
     cdef tuple k = <tuple>core.job_keys.pop(j.id)
-    name = (<bytes>j.tube.name, k[0])
-    if core.keys.get(name) == j.id:
-        del core.keys[name]
+    cdef dict tube_keys = core.keys.get(<bytes>j.tube.name)
+    if tube_keys is not None and tube_keys.get(k[0]) == j.id:
+        del tube_keys[k[0]]
+        if not tube_keys:
+            del core.keys[<bytes>j.tube.name]
     j.flags &= ~JOB_KEYED
     return k
 
@@ -92,7 +98,7 @@ cdef int key_release(Core core, Job *j) except -1:
     # j is being deleted: its key goes, or cools down for the time the put
     # asked. The room kept for the cooldown's records is spent either way.
     cdef bytes tube = <bytes>j.tube.name
-    key, cool, _ = key_unbind(core, j)
+    key, cool = key_unbind(core, j)
     if cool:
         if core.wal_on:
             core.wal_resv -= gone_size(tube, key)
@@ -104,10 +110,11 @@ cdef object key_find(Core core, bytes tube, bytes key):
     # The job id a put with key in tube gets instead of a new job: (id,
     # True) for a live job, (id, False) for a deleted one still cooling
     # down; None when the put makes a job.
-    name = (tube, key)
-    id = core.keys.get(name)
+    tube_keys = core.keys.get(tube)
+    id = None if tube_keys is None else (<dict>tube_keys).get(key)
     if id is not None:
         return (id, True)
+    name = (tube, key)
     g = core.gone.get(name)
     if g is None:
         return None

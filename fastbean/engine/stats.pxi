@@ -140,7 +140,7 @@ cdef bytes ext_yaml(Core core):
         b"jobs-dead-lettered: %d\n" % core.dead_lettered,
         b"retry-limited-tubes: %d\n" % len(core.policies),
         b"put-key-hits: %d\n" % core.key_hits,
-        b"current-keys: %d\n" % len(core.keys),
+        b"current-keys: %d\n" % len(core.job_keys),
         b"current-keys-cooling: %d\n" % len(core.gone),
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

@@ -51,7 +51,7 @@ cdef inline Py_ssize_t wal_key_size(Core core, Job *j) noexcept:
     # The bytes of the EXT_KEY record before each full record of a keyed job.
     if not j.flags & JOB_KEYED:
         return 0
-    return PyBytes_GET_SIZE(<bytes>(<tuple>core.job_keys[j.id])[2])
+    return 4 + PyBytes_GET_SIZE(<bytes>(<tuple>core.job_keys[j.id])[0]) + sizeof(Jobrec)
 
 
 cdef int wal_record(Core core, Job *j, bint full) except -1:
@@ -67,7 +67,8 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
         name = <bytes>j.tube.name
         namelen = <int32_t>PyBytes_GET_SIZE(name)
         if j.flags & JOB_KEYED:
-            key = <bytes>(<tuple>core.job_keys[j.id])[2]
+            k = <tuple>core.job_keys[j.id]
+            key = ext_rec(EXT_KEY, <bytes>k[0], <int64_t>j.id, <int64_t>k[1], 0, 0)
             wal_begin(core, PyBytes_GET_SIZE(key) + wal_full_size(j))
             wal_put(core, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
         else:
