@@ -83,7 +83,9 @@ def test_type_stubs_cover_the_compiled_api():
         stub = {}
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                stub[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} \
+                # methods, and attributes written "name: type"
+                stub[node.name] = ({n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                                   | {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}) \
                     if isinstance(node, ast.ClassDef) else None
         have = {}
         for name, obj in vars(mod).items():
