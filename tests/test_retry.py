@@ -209,3 +209,47 @@ def test_beanstalkd_reads_a_binlog_with_limits_and_moves(tmp_path):
             assert sorted(c.list_tubes()) == ["b", "dead", "default"]
     finally:
         b.kill()
+
+
+def test_beanstalkd_reads_a_binlog_that_used_every_extension(tmp_path):
+    # each extension that writes records, in one binlog, then beanstalkd 1.12
+    # started on it: the jobs fastbean had, where fastbean had them
+    s = fastbean(tmp_path, "-f", "0")
+    with s.client() as c:
+        c.use("a")
+        c.watch("a")
+        plain = [c.put(b"p%d" % k) for k in range(6)]
+        keyed, _ = c.put_unique(b"keyed", "k", cooldown=600, pri=50)
+        c.put_unique(b"again", "k", pri=10)                         # ratchet
+        cooled, _ = c.put_unique(b"cooled", "c", cooldown=600)
+        assert c.delete_batch([plain[0], cooled]) == (2, 0)
+        assert c.delete_each([plain[1], 999]) == [999]
+        c.retry_limit(1, "dead")
+        attempt(c, plain[2])                                         # moved
+        c.use("b")
+        c.retry_limit(1)
+        buried = c.put(b"buried")
+        attempt(c, buried)                                           # buried
+        c.use("gone")
+        [c.put(b"g") for _ in range(5)]
+        c.cmd(b"flush-tube gone", b"FLUSHED 5")
+        assert [j for j, _ in c.reserve_batch(2)] == [plain[3], plain[4]]
+        c.use("a")
+        assert [row[0] for row in c.list_tube("ready")[0]] == [plain[5], keyed]
+    os.kill(s.pid, signal.SIGKILL)
+    s.wait()
+    b = Server("beanstalkd", "-b", str(tmp_path / "binlog")).start()
+    try:
+        with b.client() as c:
+            want = {keyed: ("a", 10), plain[3]: ("a", 0), plain[4]: ("a", 0), plain[5]: ("a", 0),
+                    plain[2]: ("dead", 0), buried: ("b", 0)}
+            for jid, (tube, pri) in want.items():
+                job = c.stats_job(jid)
+                assert (job["tube"], job["pri"]) == (tube, pri), jid
+            for jid in (plain[0], plain[1], cooled):
+                assert c.cmd(b"stats-job %d" % jid) == b"NOT_FOUND"
+            st = c.stats()
+            assert (st["current-jobs-ready"], st["current-jobs-buried"]) == (5, 1)
+            assert "gone" not in c.list_tubes()
+    finally:
+        b.kill()
