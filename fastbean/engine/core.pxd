@@ -19,7 +19,10 @@
 #
 # The policy:
 #
-#   walg.pxi    binlog space, moving on to the spare file, which file holds which job, migration
+#   walg.pxi    binlog space, moving on to the spare file, which file holds which job (and
+#               which the extensions' state), migration
+#   keys.pxi    idempotency keys of puts (idp:KEY), and those cooling down after a delete
+#   retry.pxi   retry limits of tubes (retry-limit, --retry-limit)
 #   stats.pxi   the YAML of stats, stats-job, stats-tube, list-tubes, fastbean-stats
 #   metrics.pxi reply latency per command family, and tube rows for the metrics endpoint
 #   conn.pxi    a connection's output, watch list, waiting, TTR margin, release
@@ -27,6 +30,8 @@
 #   held.pxi    replies held until their binlog records are durable
 #   replay.pxi  binlog records replayed, then the jobs put where they belong
 #   testing.pxi the test-only commands (fastbean-reset, fastbean-clock-advance)
+#   flush.pxi   flush-tube and flush-buried, a slice per loop turn
+#   list.pxi    list-tube's pages, gathered a slice per loop turn
 #   cmds.pxi    one function per command, and dispatch
 #   check.pxi   the invariants debug builds check after every command
 #   run.pxi     running a connection's buffered commands; the end of each piece of work
