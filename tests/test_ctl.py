@@ -268,6 +268,19 @@ def test_delete(server):
         assert c.stats_job(held)["state"] == "reserved"
 
 
+def test_delete_many_ids_and_repeats(server):
+    # fastbean: delete-each, 1000 ids a command; beanstalkd: one delete each
+    with server.client() as c:
+        c.use("t")
+        c.send(b"put 0 0 60 1\r\nx\r\n" * 1200)
+        ids = [int(c.line().split()[1]) for _ in range(1200)]
+    result = ctl(server.port, "--json", "delete", ids[0], ids[0], 999999, *ids[1:])
+    assert result.returncode == 1
+    assert json.loads(result.stdout) == {"deleted": ids, "not_found": [ids[0], 999999]}
+    with server.client() as c:
+        assert c.stats()["current-jobs-ready"] == 0
+
+
 # -- clear
 
 def test_clear_asks_and_reports_what_is_left(server):

@@ -1,6 +1,7 @@
 """fastbean-ctl's commands but clear and their output: each takes the parsed
 arguments and a connected client, prints, and returns the exit status."""
 import base64
+import collections
 import json
 import sys
 
@@ -199,13 +200,48 @@ def cmd_retry_limit(args, client):
     return EXIT_OK
 
 
+def _delete_each(client, ids):
+    """The ids of these that delete-each did not delete, or None from a server
+    without it (beanstalkd, fastbean --strict). The first command fits in
+    beanstalkd's 224-byte line, so that such a server answers it with one
+    UNKNOWN_COMMAND; the next ones take 1000 ids each."""
+    first, size = 0, len("delete-each\r\n")
+    while first < len(ids) and size + len(" %d" % ids[first]) <= 224:
+        size += len(" %d" % ids[first])
+        first += 1
+    try:
+        missing = client.delete_each(ids[:first])
+    except ServerError as e:
+        if e.reply != b"UNKNOWN_COMMAND":
+            raise
+        return None
+    for start in range(first, len(ids), 1000):
+        missing += client.delete_each(ids[start:start + 1000])
+    return missing
+
+
 def cmd_delete(args, client):
     deleted, missing = [], []
+    # one round trip where the server has delete-each, else one per id
+    absent = _delete_each(client, args.ids)
+    if absent is not None:
+        # an id given n times and named m times was deleted at its first
+        # occurrence if m < n; every later occurrence was not found
+        left = collections.Counter(args.ids)
+        left.subtract(collections.Counter(absent))
     for job_id in args.ids:
-        try:
-            client.delete(job_id)
+        if absent is not None:
+            found = left[job_id] > 0
+            left[job_id] = 0
+        else:
+            try:
+                client.delete(job_id)
+                found = True
+            except NotFound:
+                found = False
+        if found:
             deleted.append(job_id)
-        except NotFound:
+        else:
             missing.append(job_id)
             _warn("job %d not found (or reserved by another client)" % job_id)
     _say(args, "\n".join("deleted job %d" % job_id for job_id in deleted),
