@@ -10,6 +10,7 @@
 #   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
 #   waiting_remove, waiter_take, conn_retime, flush_forget, list_forget,
 #   conn_release.
+# Python: SockWriter.
 # Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
 #
 # queue.pxi, included next, answers waiting connections through this file;
@@ -147,10 +148,70 @@ cdef inline void out_drop(Conn c):
     c.chunks = []
 
 
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t sock_send "send"(int fd, const void *buf, size_t n, int flags)
+    int MSG_DONTWAIT
+    int MSG_NOSIGNAL
+
+
+cdef class SockWriter:
+    """A plain socket's transport.write and writelines, with a shortcut for
+    the engine: while the transport has nothing queued, a reply goes
+    straight from the connection's output buffer to the socket, in one
+    send(2), the system call the transport would make, without a bytes
+    object and a trip through the transport's write path. What the socket
+    does not take at once (or a send that fails, which the transport then
+    meets again and reports) goes to the transport, which writes in order
+    from then on, until it has nothing queued. A closing transport gets
+    everything: its descriptor may be closed, and its number reused."""
+
+    cdef int fd
+    cdef bint queued                  # the transport may hold unsent bytes
+    cdef object t_write, t_writelines, is_closing, queued_size
+
+    def __init__(self, transport, int fd):
+        self.fd = fd
+        self.t_write = transport.write
+        self.t_writelines = transport.writelines
+        self.is_closing = transport.is_closing
+        self.queued_size = transport.get_write_buffer_size
+        self.queued = False
+
+    def __call__(self, data):
+        """transport.write(data)."""
+        self.queued = True
+        self.t_write(data)
+
+    def writelines(self, chunks):
+        """transport.writelines(chunks)."""
+        self.queued = True
+        self.t_writelines(chunks)
+
+    cdef int send(self, const char *p, Py_ssize_t n) except -1:
+        cdef ssize_t k
+        if self.queued:
+            if self.queued_size():
+                self.t_write(PyBytes_FromStringAndSize(p, n))
+                return 0
+            self.queued = False
+        if self.is_closing():
+            self.t_write(PyBytes_FromStringAndSize(p, n))
+            return 0
+        k = sock_send(self.fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL)
+        if k == n:
+            return 0
+        if k < 0:
+            k = 0           # EAGAIN, or an error the transport's write will meet
+        self.queued = True
+        self.t_write(PyBytes_FromStringAndSize(p + k, n - k))
+        return 0
+
+
 cdef int flush(Conn c) except -1:
     # Hand what c has to say to its transport, unless it confirms binlog
     # records that are not durable yet: then it waits in core.held.
     cdef Core core = c.core
+    cdef Py_ssize_t n
     if c.lost:
         out_drop(c)
         lat_lost(c)
@@ -174,9 +235,12 @@ cdef int flush(Conn c) except -1:
         c.chunks = []
         hook1(core, c.writelines, chunks)
     elif c.olen:
-        data = PyBytes_FromStringAndSize(c.obuf, c.olen)
+        n = c.olen
         c.olen = 0
-        hook1(core, c.write, data)
+        if type(c.write) is SockWriter:
+            (<SockWriter>c.write).send(c.obuf, n)
+        else:
+            hook1(core, c.write, PyBytes_FromStringAndSize(c.obuf, n))
     if c.ocap > OBUF_KEEP:
         # a burst of big replies: give the memory back
         free(c.obuf)
