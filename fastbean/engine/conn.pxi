@@ -109,12 +109,32 @@ cdef inline int out_bytes(Conn c, bytes s) except -1:
     return out(c, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
 
 
+cdef inline int _put_u64(char *p, uint64_t v) noexcept nogil:
+    # v in decimal at p (at most 20 digits); how many. snprintf costs a
+    # reply more than the rest of its formatting.
+    cdef char tmp[20]
+    cdef int n = 0, i
+    while True:
+        tmp[n] = <char>(48 + v % 10)
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    for i in range(n):
+        p[i] = tmp[n - 1 - i]
+    return n
+
+
 cdef int out_u64(Conn c, Text word, uint64_t v) except -1:
     # "<word> <v>\r\n"
     cdef char num[32]
-    cdef int n = snprintf(num, sizeof(num), " %llu\r\n", <unsigned long long>v)
+    cdef int n = 1
+    num[0] = 32
+    n += _put_u64(num + n, v)
+    num[n] = 13
+    num[n + 1] = 10
     out_text(c, word)
-    return out(c, num, n)
+    return out(c, num, n + 2)
 
 
 cdef int out_job(Conn c, Text word, Job *j) except -1:
@@ -122,10 +142,16 @@ cdef int out_job(Conn c, Text word, Job *j) except -1:
     # The reply copies the body: the job may be gone before the bytes are
     # written. A small one joins the buffer; a big one gets a chunk of its own.
     cdef char num[64]
-    cdef int n = snprintf(num, sizeof(num), " %llu %lld\r\n", <unsigned long long>j.id,
-                          <long long>(j.body_size - 2))
+    cdef int n = 1
+    num[0] = 32
+    n += _put_u64(num + n, j.id)
+    num[n] = 32
+    n += 1
+    n += _put_u64(num + n, <uint64_t>(j.body_size - 2))
+    num[n] = 13
+    num[n + 1] = 10
     out_text(c, word)
-    out(c, num, n)
+    out(c, num, n + 2)
     if j.body_size <= OUT_INLINE:
         return out(c, j.body, j.body_size)
     c.chunks.append(PyBytes_FromStringAndSize(c.obuf, c.olen))
