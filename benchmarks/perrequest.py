@@ -1,8 +1,9 @@
 """Where a depth-1 request's time goes: system calls and server CPU per transaction.
 
-    python -m benchmarks.perrequest                     # 4 cases x 3 rounds x 5 servers, ~2 min
+    python -m benchmarks.perrequest                     # 4 cases x 3 rounds x 4-6 servers, ~4 min
     python -m benchmarks.perrequest --only put --reps 5
     python -m benchmarks.perrequest --profile           # and where fastbean's CPU goes, by library
+    python -m benchmarks.perrequest --baseline ../old --servers fastbean   # before and after a change
 
 Each run starts a fresh server, has the load generator (loadgen.c) run a fixed
 number of transactions at depth 1, and counts what the server did for them:
@@ -16,8 +17,10 @@ machine's load the way rates do; CPU per transaction depends on it much less.
 
 The servers: fastbean without a binlog, C beanstalkd, Redis (no AOF, no
 snapshots) as a list and as a stream queue (docs/benchmarks.md, "Against
-Redis", says why these patterns), and nullserver.c, which answers puts and
-keeps nothing (puts only). They alternate round after round.
+Redis", says why these patterns), nullserver.c, which answers puts and
+keeps nothing, and uvnull.py, which does the same on uvloop in Python (puts
+only, both): what the event loop and the interpreter cost a request before
+any queue work. They alternate round after round.
 
 --profile adds one run of fastbean under `perf record` for each case and
 prints the share of its CPU samples by library: the kernel, the Python
@@ -36,10 +39,11 @@ import sys
 import tempfile
 import time
 
-from benchmarks.harness import build_loadgen, busy_seconds, cpu_times, loadgen, steal, write_results
 from benchmarks.compare import RESULTS
+from benchmarks.harness import build_loadgen, busy_seconds, cpu_times, loadgen, steal, write_results
 
-KINDS = ("fastbean", "beanstalkd", "redis-list", "redis-stream", "nullserver")
+KINDS = ("fastbean", "beanstalkd", "redis-list", "redis-stream", "nullserver", "uvnull")
+PUTS_ONLY = ("nullserver", "uvnull")
 
 # (workload, connections): depth 1 always
 CASES = (("put", 10), ("put", 50), ("reserve", 10), ("roundtrip", 10))
@@ -74,11 +78,50 @@ def check_tools(kinds):
     return kinds
 
 
+class UvNull:
+    """benchmarks/uvnull.py in a process of its own, as tests.servers starts the others."""
+
+    def start(self):
+        from tests.servers import free_port, wait_listening
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.uvnull", str(self.port)])
+        wait_listening(self.port, self.proc, lambda: "uvnull exited")
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+BASELINE = None      # --baseline DIR: the checkout whose fastbean "baseline" runs
+FASTBEAN_ARGS = ()   # --args: fastbean's (and the baseline's) command-line options
+
+
 def start(kind):
     from tests.servers import RedisServer, Server
+    if kind == "baseline":
+        saved = os.environ.get("FASTBEAN_CMD")
+        # -m puts the working directory first on sys.path: run from the checkout
+        os.environ["FASTBEAN_CMD"] = "env -C %s PYTHONPATH=%s %s -m fastbean" % (BASELINE, BASELINE, sys.executable)
+        try:
+            return Server("fastbean", *FASTBEAN_ARGS).start(600)
+        finally:
+            if saved is None:
+                del os.environ["FASTBEAN_CMD"]
+            else:
+                os.environ["FASTBEAN_CMD"] = saved
+    if kind == "uvnull":
+        return UvNull().start()
     if kind.startswith("redis-"):
         return RedisServer("--appendonly", "no").start()
-    return Server(kind).start(600)
+    return Server(kind, *(FASTBEAN_ARGS if kind == "fastbean" else ())).start(600)
 
 
 def proc_cpu(pid):
@@ -211,6 +254,9 @@ def main(argv=None):
     ap.add_argument("--only", help="only cases whose name (e.g. 'put c50') contains this")
     ap.add_argument("--servers", default=",".join(KINDS),
                     help="comma-separated, from: " + ", ".join(KINDS))
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="also run fastbean from the checkout DIR (its extensions built) as \"baseline\"")
+    ap.add_argument("--args", default="", help="fastbean's options, e.g. \"--busy-poll 0\"")
     ap.add_argument("--profile", action="store_true",
                     help="also profile fastbean with perf record, once per case")
     ap.add_argument("--out", default=os.path.join(RESULTS, "perrequest.json"))
@@ -220,13 +266,18 @@ def main(argv=None):
     if bad:
         fail("no server %s (choose from %s)" % (", ".join(bad), ", ".join(KINDS)))
     kinds = check_tools(kinds)
+    global FASTBEAN_ARGS, BASELINE
+    FASTBEAN_ARGS = tuple(args.args.split())
+    if args.baseline:
+        BASELINE = os.path.abspath(args.baseline)
+        kinds = ["baseline"] + [k for k in kinds if k != "baseline"]
     build_loadgen()
     cases = [c for c in CASES if not args.only or args.only in "%s c%d" % c]
     if not cases:
         fail("no case matches --only %r" % args.only)
     started, results = time.time(), []
     for workload, conns in cases:
-        runs = {k: [] for k in kinds if k != "nullserver" or workload == "put"}
+        runs = {k: [] for k in kinds if k not in PUTS_ONLY or workload == "put"}
         for _ in range(args.reps):
             for kind in runs:
                 runs[kind].append(measure(kind, workload, conns, args.transactions))
