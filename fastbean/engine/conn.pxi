@@ -180,6 +180,7 @@ cdef extern from "<sys/socket.h>" nogil:
     int MSG_NOSIGNAL
 
 
+@cython.auto_pickle(False)
 cdef class SockWriter:
     """A plain socket's transport.write and writelines, with a shortcut for
     the engine: while the transport has nothing queued, a reply goes
@@ -238,6 +239,7 @@ cdef int flush(Conn c) except -1:
     # records that are not durable yet: then it waits in core.held.
     cdef Core core = c.core
     cdef Py_ssize_t n
+    cdef SockWriter writer
     if c.lost:
         out_drop(c)
         lat_lost(c)
@@ -264,7 +266,15 @@ cdef int flush(Conn c) except -1:
         n = c.olen
         c.olen = 0
         if type(c.write) is SockWriter:
-            (<SockWriter>c.write).send(c.obuf, n)
+            writer = <SockWriter>c.write
+            if core.wal_on:
+                # with a binlog, replies keep the transport's path, which
+                # sends them at the end of the loop turn, as before: sending
+                # them at once is measured without a binlog only
+                writer.queued = True
+                writer.t_write(PyBytes_FromStringAndSize(c.obuf, n))
+            else:
+                writer.send(c.obuf, n)
         else:
             hook1(core, c.write, PyBytes_FromStringAndSize(c.obuf, n))
     if c.ocap > OBUF_KEEP:

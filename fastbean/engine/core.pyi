@@ -106,6 +106,7 @@ class SockWriter:
     def __call__(self, data: bytes) -> None: ...
     def writelines(self, chunks: List[bytes]) -> None: ...
 
+@final
 class Conn:
     def attach(
         self,
