@@ -101,7 +101,10 @@ def measure(kind, case, seconds, warmup, baseline=None):
     flags = BINLOG[case.binlog]
     saved = os.environ.get("FASTBEAN_CMD")
     if kind == "baseline":
-        os.environ["FASTBEAN_CMD"] = "env PYTHONPATH=%s %s -m fastbean" % (os.path.abspath(baseline), sys.executable)
+        # -m puts the working directory first on sys.path, ahead of PYTHONPATH:
+        # started from this checkout, it would run this checkout's fastbean
+        where = os.path.abspath(baseline)
+        os.environ["FASTBEAN_CMD"] = "env -C %s PYTHONPATH=%s %s -m fastbean" % (where, where, sys.executable)
         kind = "fastbean"
     try:
         server = Server(kind, *(flags or ()), binlog=True if flags is not None else None).start(600)

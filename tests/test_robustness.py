@@ -2,6 +2,7 @@
 import os
 import resource
 import socket
+import threading
 import time
 
 import pytest
@@ -67,6 +68,33 @@ def test_slow_reader_cannot_make_the_server_buffer_without_bound(fastbean_server
         while c.stats()["current-connections"] != 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_replies_a_full_socket_held_back_arrive_whole_and_in_order(fastbean_server):
+    # Replies go straight to the socket while the transport has nothing
+    # queued (SockWriter), to the transport once the socket is full, and
+    # straight again once the transport has written it all: a reader that
+    # lets 20 MB of replies pile up, then reads them, gets every byte in order.
+    body = bytes(range(256)) * 12                   # 3 KB: a reply joins the output buffer
+    n = 7000
+    with fastbean_server.client(30) as c:
+        jid = c.put(body)
+        # sent from a thread: the server stops reading while its replies wait
+        sender = threading.Thread(target=c.sock.sendall, args=(b"".join(
+            b"peek %d\r\n" % jid if i % 2 else b"stats-job %d\r\n" % jid for i in range(n)),))
+        sender.start()
+        time.sleep(0.5)                             # the server fills the socket and queues
+        for i in range(n):
+            if i % 2:
+                assert c.line() == b"FOUND %d %d" % (jid, len(body))
+                assert c.body(len(body)) == body
+            else:
+                head = c.line()
+                assert head.startswith(b"OK ")
+                assert b"id: %d\n" % jid in c.body(int(head[3:]))
+        sender.join()
+        assert c.cmd(b"peek %d" % jid) == b"FOUND %d %d" % (jid, len(body))   # straight again
+        assert c.body(len(body)) == body
 
 
 @pytest.mark.skipif(bool(os.environ.get("FASTBEAN_SANITIZED")),

@@ -10,6 +10,7 @@
 #   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
 #   waiting_remove, waiter_take, conn_retime, flush_forget, list_forget,
 #   conn_release.
+# Python: SockWriter.
 # Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
 #
 # queue.pxi, included next, answers waiting connections through this file;
@@ -109,12 +110,32 @@ cdef inline int out_bytes(Conn c, bytes s) except -1:
     return out(c, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
 
 
+cdef inline int _put_u64(char *p, uint64_t v) noexcept nogil:
+    # v in decimal at p (at most 20 digits); how many. snprintf costs a
+    # reply more than the rest of its formatting.
+    cdef char tmp[20]
+    cdef int n = 0, i
+    while True:
+        tmp[n] = <char>(48 + v % 10)
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    for i in range(n):
+        p[i] = tmp[n - 1 - i]
+    return n
+
+
 cdef int out_u64(Conn c, Text word, uint64_t v) except -1:
     # "<word> <v>\r\n"
     cdef char num[32]
-    cdef int n = snprintf(num, sizeof(num), " %llu\r\n", <unsigned long long>v)
+    cdef int n = 1
+    num[0] = 32
+    n += _put_u64(num + n, v)
+    num[n] = 13
+    num[n + 1] = 10
     out_text(c, word)
-    return out(c, num, n)
+    return out(c, num, n + 2)
 
 
 cdef int out_job(Conn c, Text word, Job *j) except -1:
@@ -122,10 +143,16 @@ cdef int out_job(Conn c, Text word, Job *j) except -1:
     # The reply copies the body: the job may be gone before the bytes are
     # written. A small one joins the buffer; a big one gets a chunk of its own.
     cdef char num[64]
-    cdef int n = snprintf(num, sizeof(num), " %llu %lld\r\n", <unsigned long long>j.id,
-                          <long long>(j.body_size - 2))
+    cdef int n = 1
+    num[0] = 32
+    n += _put_u64(num + n, j.id)
+    num[n] = 32
+    n += 1
+    n += _put_u64(num + n, <uint64_t>(j.body_size - 2))
+    num[n] = 13
+    num[n + 1] = 10
     out_text(c, word)
-    out(c, num, n)
+    out(c, num, n + 2)
     if j.body_size <= OUT_INLINE:
         return out(c, j.body, j.body_size)
     c.chunks.append(PyBytes_FromStringAndSize(c.obuf, c.olen))
@@ -148,10 +175,72 @@ cdef inline void out_drop(Conn c):
     c.chunks = []
 
 
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t sock_send "send"(int fd, const void *buf, size_t n, int flags)
+    int MSG_DONTWAIT
+    int MSG_NOSIGNAL
+
+
+@cython.auto_pickle(False)
+cdef class SockWriter:
+    """A plain socket's transport.write and writelines, with a shortcut for
+    the engine: while the transport has nothing queued, a reply goes
+    straight from the connection's output buffer to the socket, in one
+    send(2), the system call the transport would make, without a bytes
+    object and a trip through the transport's write path. What the socket
+    does not take at once (or a send that fails, which the transport then
+    meets again and reports) goes to the transport, which writes in order
+    from then on, until it has nothing queued. A closing transport gets
+    everything: its descriptor may be closed, and its number reused."""
+
+    cdef int fd
+    cdef bint queued                  # the transport may hold unsent bytes
+    cdef object t_write, t_writelines, is_closing, queued_size
+
+    def __init__(self, transport, int fd):
+        self.fd = fd
+        self.t_write = transport.write
+        self.t_writelines = transport.writelines
+        self.is_closing = transport.is_closing
+        self.queued_size = transport.get_write_buffer_size
+        self.queued = False
+
+    def __call__(self, data):
+        """transport.write(data)."""
+        self.queued = True
+        self.t_write(data)
+
+    def writelines(self, chunks):
+        """transport.writelines(chunks)."""
+        self.queued = True
+        self.t_writelines(chunks)
+
+    cdef int send(self, const char *p, Py_ssize_t n) except -1:
+        cdef ssize_t k
+        if self.queued:
+            if self.queued_size():
+                self.t_write(PyBytes_FromStringAndSize(p, n))
+                return 0
+            self.queued = False
+        if self.is_closing():
+            self.t_write(PyBytes_FromStringAndSize(p, n))
+            return 0
+        k = sock_send(self.fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL)
+        if k == n:
+            return 0
+        if k < 0:
+            k = 0           # EAGAIN, or an error the transport's write will meet
+        self.queued = True
+        self.t_write(PyBytes_FromStringAndSize(p + k, n - k))
+        return 0
+
+
 cdef int flush(Conn c) except -1:
     # Hand what c has to say to its transport, unless it confirms binlog
     # records that are not durable yet: then it waits in core.held.
     cdef Core core = c.core
+    cdef Py_ssize_t n
+    cdef SockWriter writer
     if c.lost:
         out_drop(c)
         lat_lost(c)
@@ -175,9 +264,20 @@ cdef int flush(Conn c) except -1:
         c.chunks = []
         hook1(core, c.writelines, chunks)
     elif c.olen:
-        data = PyBytes_FromStringAndSize(c.obuf, c.olen)
+        n = c.olen
         c.olen = 0
-        hook1(core, c.write, data)
+        if type(c.write) is SockWriter:
+            writer = <SockWriter>c.write
+            if core.wal_on:
+                # with a binlog, replies keep the transport's path, which
+                # sends them at the end of the loop turn, as before: sending
+                # them at once is measured without a binlog only
+                writer.queued = True
+                writer.t_write(PyBytes_FromStringAndSize(c.obuf, n))
+            else:
+                writer.send(c.obuf, n)
+        else:
+            hook1(core, c.write, PyBytes_FromStringAndSize(c.obuf, n))
     if c.ocap > OBUF_KEEP:
         # a burst of big replies: give the memory back
         free(c.obuf)

@@ -2,6 +2,7 @@
 import asyncio
 import logging
 
+from fastbean.engine.core import SockWriter
 from fastbean.logs import event
 
 TRACE_BYTES = 256           # -VV logs this much of each read and reply
@@ -33,6 +34,9 @@ class ConnProtocol(asyncio.Protocol):
     """
 
     __slots__ = ("_server", "_transport", "_conn", "_peer", "data_received")
+
+    # replies may go straight to the socket (SockWriter): not through TLS
+    DIRECT_SEND = True
 
     def __init__(self, server):
         self._server = server
@@ -98,7 +102,13 @@ class ConnProtocol(asyncio.Protocol):
         self._server.loop.call_soon(self._conn.again)
 
     def _writers(self, transport):
-        return transport.write, transport.writelines
+        sock = transport.get_extra_info("socket") if self.DIRECT_SEND else None
+        if sock is None:
+            return transport.write, transport.writelines
+        # while the transport has nothing queued, the engine sends a reply
+        # from its output buffer itself: no bytes object, no write path
+        writer = SockWriter(transport, sock.fileno())
+        return writer, writer.writelines
 
 
 class TracingConnProtocol(ConnProtocol):
@@ -135,6 +145,7 @@ class TlsConnProtocol(ConnProtocol):
     leave it counting a client that never came."""
 
     __slots__ = ()
+    DIRECT_SEND = False
 
     def __init__(self, server):
         self._server = server
