@@ -193,6 +193,13 @@ class Server(testing.Server):
         return process_rss(self.pid)
 
 
+def fastbean_with_binlog(tmp_path, *args, binlog=None):
+    """A started fastbean with -b tmp_path/binlog (or binlog), made if need be."""
+    d = binlog or (tmp_path / "binlog")
+    d.mkdir(exist_ok=True)
+    return Server("fastbean", "-b", str(d), *args).start()
+
+
 def process_cpu(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()

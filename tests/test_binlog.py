@@ -16,14 +16,9 @@ import pytest
 from fastbean.binlog.threads import FILL_AHEAD_BYTES, FILL_CHUNK_BYTES
 from fastbean.client import ClientError, NotFound
 from tests.servers import Server, free_port
+from tests.servers import fastbean_with_binlog as fastbean
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def fastbean(tmp_path, *args, binlog=None):
-    d = binlog or (tmp_path / "binlog")
-    d.mkdir(exist_ok=True)
-    return Server("fastbean", "-b", str(d), *args).start()
 
 
 def job_stats(c, jid):

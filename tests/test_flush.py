@@ -12,6 +12,7 @@ import pytest
 from fastbean.client import NotFound
 from fastbean.engine.core import Core
 from tests.servers import EngineClient, Server, put_many, round_trips_until_readable
+from tests.servers import fastbean_with_binlog as fastbean
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -170,11 +171,6 @@ def test_other_clients_are_answered_while_a_big_flush_runs(fastbean_server):
 
 
 # -- durability -------------------------------------------------------------------------
-
-def fastbean(tmp_path, *args):
-    (tmp_path / "binlog").mkdir(exist_ok=True)
-    return Server("fastbean", "-b", str(tmp_path / "binlog"), *args).start()
-
 
 def test_kill_9_after_flushed_with_f0_keeps_the_flush_and_the_rest(tmp_path):
     s = fastbean(tmp_path, "-f", "0", "-s", "65536")

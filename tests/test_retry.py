@@ -11,13 +11,9 @@ import time
 import pytest
 
 from tests.servers import Server
+from tests.servers import fastbean_with_binlog as fastbean
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def fastbean(tmp_path, *args):
-    (tmp_path / "binlog").mkdir(exist_ok=True)
-    return Server("fastbean", "-b", str(tmp_path / "binlog"), *args).start()
 
 
 def attempt(c, jid, delay=0):

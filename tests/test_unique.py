@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from fastbean.client import NotFound
 from tests.servers import Server
+from tests.servers import fastbean_with_binlog as fastbean
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,11 +28,6 @@ def exists(c, jid):
         return True
     except NotFound:
         return False
-
-
-def fastbean(tmp_path, *args):
-    (tmp_path / "binlog").mkdir(exist_ok=True)
-    return Server("fastbean", "-b", str(tmp_path / "binlog"), *args).start()
 
 
 def test_a_job_without_a_key_costs_what_it_did():
