@@ -193,6 +193,15 @@ class Server(testing.Server):
         return process_rss(self.pid)
 
 
+def job_exists(c, jid):
+    """Whether the server c talks to has job jid (stats-job finds it)."""
+    try:
+        c.stats_job(jid)
+        return True
+    except NotFound:
+        return False
+
+
 def fastbean_with_binlog(tmp_path, *args, binlog=None):
     """A started fastbean with -b tmp_path/binlog (or binlog), made if need be."""
     d = binlog or (tmp_path / "binlog")

@@ -9,20 +9,12 @@ import time
 
 import pytest
 
-from fastbean.client import NotFound
 from fastbean.engine.core import Core
 from tests.servers import EngineClient, Server, put_many, round_trips_until_readable
 from tests.servers import fastbean_with_binlog as fastbean
+from tests.servers import job_exists as exists
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def exists(c, jid):
-    try:
-        c.stats_job(jid)
-        return True
-    except NotFound:
-        return False
 
 
 def fill(c, tube, ready=3, delayed=2, buried=2):

@@ -11,23 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastbean.client import NotFound
 from tests.servers import Server
 from tests.servers import fastbean_with_binlog as fastbean
+from tests.servers import job_exists as exists
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def put_raw(c, tag, body=b"x", pri=0, delay=0):
     return c.cmd(b"put %d %d 60 %d %s\r\n%s" % (pri, delay, len(body), tag, body))
-
-
-def exists(c, jid):
-    try:
-        c.stats_job(jid)
-        return True
-    except NotFound:
-        return False
 
 
 def test_a_job_without_a_key_costs_what_it_did():
