@@ -1,5 +1,7 @@
 """--busy-poll: the loop polls after reads while clients answer quickly, and sleeps otherwise."""
+import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -23,8 +25,11 @@ def test_polls_for_quick_clients_then_sleeps():
     try:
         stats = ping_pong(server, 2000)
         assert stats["busy-poll-max-us"] == 5000
-        assert 0 < stats["busy-poll-window-us"] <= 5000
         assert stats["busy-poll-idle-seconds"] > 0
+        # still polling at the end, unless another process took turns on the
+        # loop's core meanwhile (test_a_shared_core_pauses_the_polling)
+        if stats["busy-poll-backoffs"] == 0:
+            assert 0 < stats["busy-poll-window-us"] <= 5000
         # Once the client has gone, the server stops polling: a server that
         # kept spinning would burn about one CPU second per second here.
         time.sleep(0.2)
@@ -37,6 +42,33 @@ def test_polls_for_quick_clients_then_sleeps():
         assert server.stop() == 0
 
 
+def test_a_shared_core_pauses_the_polling():
+    # A process that wants the loop's core all the time (pinned beside it):
+    # each microsecond of polling would be taken from it, so the poller,
+    # which sees its thread wait to run, pauses. Once the core is free again
+    # it polls again; pauses double while the core stays shared, up to 6.4 s.
+    server = Server("fastbean", "--busy-poll", "5000").start()
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(server.pid, {0})        # the loop's thread (its tid is the pid)
+        os.sched_setaffinity(hog.pid, {0})
+        stats = ping_pong(server, 3000)
+        assert stats["busy-poll-backoffs"] >= 1, stats
+        hog.kill()
+        hog.wait()
+        deadline = time.monotonic() + 20
+        while True:
+            polling = ping_pong(server, 500)
+            if polling["busy-poll-window-us"] > 0:
+                break
+            assert time.monotonic() < deadline, polling
+            time.sleep(0.5)
+    finally:
+        hog.kill()
+        hog.wait()
+        assert server.stop() == 0
+
+
 def test_busy_poll_zero_never_polls():
     server = Server("fastbean", "--busy-poll", "0").start()
     try:
@@ -44,6 +76,7 @@ def test_busy_poll_zero_never_polls():
         assert stats["busy-poll-max-us"] == 0
         assert stats["busy-poll-window-us"] == 0
         assert stats["busy-poll-idle-seconds"] == 0
+        assert stats["busy-poll-backoffs"] == 0
     finally:
         assert server.stop() == 0
 
@@ -107,3 +140,63 @@ def test_no_polling_while_replies_wait_for_the_disk(tmp_path, gated_fsync, monke
     finally:
         server.stop()
 
+
+
+class FakeDelay:
+    """A run delay the test sets: the ns the loop's thread has waited so far."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def __bool__(self):
+        return True
+
+    def read(self):
+        return self.ns
+
+
+def test_backoff_needs_checks_in_a_row_doubles_and_starts_over():
+    from fastbean.server import busypoll
+
+    delay = FakeDelay()
+    poller = busypoll.BusyPoll(loop=None, max_us=100, end_turn=None, run_delay=delay)
+    ms = 1_000_000
+    now = 1000 * ms
+    assert not poller._shared(now)                   # the first look is a baseline
+
+    def check(waited_ms):
+        nonlocal now
+        now += 10 * ms
+        delay.ns += waited_ms * ms
+        return poller._shared(now)
+
+    assert not check(5)         # one check past the share is not enough...
+    assert not check(1)         # ...and a quiet one in between starts the count over
+    assert not check(5)
+    assert check(5)             # two in a row: pause
+    assert poller.backoffs == 1 and poller.window_ns == 0
+    assert poller._backoff_until == now + 20 * ms
+    pauses = []
+    for _ in range(10):         # the core stays shared: each pause twice the last, up to 5.12 s
+        now = poller._backoff_until
+        assert not poller._shared(now)               # after a pause: a new baseline
+        assert not check(5)
+        assert check(5)
+        pauses.append((poller._backoff_until - now) // ms)
+    assert pauses == [40, 80, 160, 320, 640, 1280, 2560, 5120, 5120, 5120]
+    now = poller._backoff_until
+    poller._shared(now)
+    assert not check(0)         # the core is the loop's again: the next pause is the first
+    assert not check(5)
+    assert check(5)
+    assert poller._backoff_until == now + 20 * ms
+
+
+def test_run_delay_reads_this_thread_or_nothing(tmp_path):
+    from fastbean.server.busypoll import RunDelay
+
+    mine = RunDelay()
+    if os.path.exists("/proc/thread-self/schedstat"):
+        assert mine and mine.read() >= 0
+    missing = RunDelay(str(tmp_path / "no-such-file"))
+    assert not missing

@@ -187,6 +187,9 @@ def exposition(server):
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
             "Time the loop spent busy polling without a read arriving (--busy-poll).",
             [("", server.busy_poll.idle_ns / 1e9 if server.busy_poll is not None else 0.0)])
+    _metric(out, "fastbean_busy_poll_backoffs_total", "counter",
+            "Times busy polling paused because the loop's core was shared (--busy-poll).",
+            [("", server.busy_poll.backoffs if server.busy_poll is not None else 0)])
     bounds, families = latency_histograms(core)
     _histogram(out, "fastbean_reply_latency_seconds",
                "From the read that carried a command to the write of its reply, per command "
