@@ -128,6 +128,38 @@ def test_engine_put_batch(benchmark):
     assert out == want
 
 
+def test_engine_puts_one_per_read(benchmark):
+    """A depth-1 producer's reads, each one put, then the loop turn's end: the
+    queue's own work per put (parse, store, answer). Set beside
+    test_uvnull_handler_puts_one_per_read, it is what fastbean adds to the
+    least a server on uvloop costs a request (docs/benchmarks.md)."""
+    core = Core()
+    conn = core.connect(lambda on: None, lambda: None)
+    replies = []
+    conn.attach(replies.append, replies.extend, lambda: None)
+    feed, end_turn = conn.feed, core.end_turn
+
+    def read():
+        feed(PUT)
+        end_turn()
+
+    benchmark.pedantic(read, rounds=100, iterations=2000)
+    assert core.current_jobs == len(replies) == 200_000
+    assert bytes(replies[-1]) == b"INSERTED 200000\r\n"
+
+
+def test_uvnull_handler_puts_one_per_read(benchmark):
+    """The same reads through benchmarks/uvnull.py's data_received (which keeps nothing)."""
+    from benchmarks.uvnull import Null
+
+    null = Null()
+    replies = []
+    null.write = replies.append
+
+    benchmark.pedantic(null.data_received, args=(PUT,), rounds=100, iterations=2000)
+    assert replies == [b"INSERTED 1\r\n"] * 200_000
+
+
 def test_engine_reserve_delete_prefilled(benchmark):
     n = 10 * BATCH
     feeds = [b"".join(b"reserve-with-timeout 0\r\ndelete %d\r\n" % i for i in range(k, k + BATCH))
