@@ -46,7 +46,7 @@ def test_a_shared_core_pauses_the_polling():
     # A process that wants the loop's core all the time (pinned beside it):
     # each microsecond of polling would be taken from it, so the poller,
     # which sees its thread wait to run, pauses. Once the core is free again
-    # it polls again; pauses double while the core stays shared, up to 6.4 s.
+    # it polls again; pauses double while the core stays shared, up to 5.12 s.
     if not os.path.exists("/proc/thread-self/schedstat"):
         pytest.skip("this kernel has no schedstat: the poller cannot tell (docs/limits.md)")
     core = min(os.sched_getaffinity(0))
@@ -142,7 +142,6 @@ def test_no_polling_while_replies_wait_for_the_disk(tmp_path, gated_fsync, monke
         assert stats["busy-poll-idle-seconds"] < 0.05, stats
     finally:
         server.stop()
-
 
 
 class FakeDelay:

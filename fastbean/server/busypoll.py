@@ -46,9 +46,9 @@ def stats_lines(max_ns=0, window_ns=0, idle_ns=0, backoffs=0):
 
 
 class RunDelay:
-    """The time the calling thread has spent waiting for a CPU, in ns (the
-    second field of its schedstat). The file is opened by the loop's thread,
-    which is the one it describes; None where the kernel has no schedstat."""
+    """The time a thread has spent waiting for a CPU, in ns (the second field
+    of its schedstat): the thread that made this object, which is the loop's.
+    False where the kernel has no schedstat; read() gives None if it fails."""
 
     def __init__(self, path=SCHEDSTAT):
         try:
