@@ -272,11 +272,17 @@ class FakeCore:
 
 
 class FakeConn:
+    caught_up = True
+
     def __init__(self):
         self.fed = b""
 
     def feed(self, data):
         self.fed += data
+
+
+# call_soon and hold_reading for a filter whose test holds nothing back
+LOOP = (lambda fn: pytest.fail("nothing was held"), lambda hold: pytest.fail("nothing was held"))
 
 
 def test_parted_replies_are_one_reply_however_they_are_cut():
@@ -288,7 +294,7 @@ def test_parted_replies_are_one_reply_however_they_are_cut():
     expected = b"NOT_PERMITTED\r\n".join(replies) + b"NOT_PERMITTED\r\n"
     for cut in range(1, len(engine_out)):
         transport, conn = FakeTransport(), FakeConn()
-        flt = RoleFilter(parse_roles(["worker", "monitor:jobs-*"]), "t", "a", FakeCore(), 100)
+        flt = RoleFilter(parse_roles(["worker", "monitor:jobs-*"]), "t", "a", FakeCore(), 100, *LOOP)
         write, writelines = flt.writers(conn, transport.write, transport)
         flt.feed(b"reserve-batch 2\r\nkick 1\r\nreserve-batch 5 1\r\nkick 1\r\nuse jobs-x\r\nkick 1\r\n"
                  b"list-tube ready 0 2\r\nkick 1\r\n")
@@ -300,7 +306,7 @@ def test_parted_replies_are_one_reply_however_they_are_cut():
 
 def test_list_tube_cursors_go_through_as_written():
     transport, conn = FakeTransport(), FakeConn()
-    flt = RoleFilter(parse_roles(["monitor"]), "t", "a", FakeCore(), 100)
+    flt = RoleFilter(parse_roles(["monitor"]), "t", "a", FakeCore(), 100, *LOOP)
     flt.writers(conn, transport.write, transport)
     flt.feed(b"list-tube delayed 17.42 3\r\nlist-tube buried 0.9 1\r\nlist-tube reserved 0 1000\r\n")
     assert conn.fed == (b"list-tube delayed 17.42 3\r\nlist-tube buried 0.9 1\r\n"
@@ -346,7 +352,7 @@ def test_answers_wait_for_the_engine_however_its_replies_are_cut():
                 b"OK 3\r\n---\r\nFOUND 9 2\r\nOK\r\nNOT_PERMITTED\r\n")
     for cut in range(1, len(engine_out)):
         transport, conn = FakeTransport(), FakeConn()
-        flt = RoleFilter(parse_roles(["worker"]), "t", "a", FakeCore(), 100)
+        flt = RoleFilter(parse_roles(["worker"]), "t", "a", FakeCore(), 100, *LOOP)
         write, writelines = flt.writers(conn, transport.write, transport)
         flt.feed(b"watch w\r\nkick 1\r\nreserve\r\nkick 1\r\nlist-tubes-watched\r\nlist-tubes-watched\r\n"
                  b"kick 1\r\n")
@@ -449,6 +455,10 @@ class GateServer:
         def call_later(delay, callback):
             return GateServer.Timer()
 
+        @staticmethod
+        def call_soon(callback):
+            callback()
+
     class Timer:
         def cancel(self):
             pass
@@ -526,7 +536,7 @@ def test_allowed_commands_are_answered_as_the_engine_answers_them(lines, cuts):
     for _ in range(2):
         setup.call(b"use a\r\nput 0 0 60 1\r\nj\r\nuse default\r\n")
     transport = FakeTransport()
-    flt = RoleFilter(parse_roles(["producer", "worker", "monitor"]), "t", "a", core, 64)
+    flt = RoleFilter(parse_roles(["producer", "worker", "monitor"]), "t", "a", core, 64, *LOOP)
     conn = core.connect(lambda on: None, lambda: None)
     conn.attach(*flt.writers(conn, transport.write, transport), lambda: None)
     start = 0

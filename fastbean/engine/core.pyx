@@ -464,3 +464,11 @@ cdef class Conn:
     @property
     def is_closed(self):
         return conn_released(self)
+
+    @property
+    def caught_up(self):
+        """Every command fed has run, and none is still running (a reserve
+        waiting, a kick or flush in slices): a role filter judges a command
+        by the tube a job is in only then."""
+        return (self.wait == WAIT_NONE and not self.in_turn and not self.again_pending
+                and self.parser.buffered() == 0)

@@ -24,11 +24,14 @@ NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 class AuthConnProtocol(TlsConnProtocol):
     """A connection to a TLS listener that asks for a token first."""
 
-    __slots__ = ("_pending", "_deadline", "_address", "_refused", "_filter")
+    __slots__ = ("_pending", "_deadline", "_address", "_refused", "_filter", "_engine_reads",
+                 "_filter_holds")
 
     def __init__(self, server):
         super().__init__(server)
         self._filter = None             # a RoleFilter once a token short of admin is in
+        self._engine_reads = True       # what the engine last asked of reading
+        self._filter_holds = False      # the filter holds commands: no reading whatever the engine asks
         self._pending = b""
         self._deadline = None
         self._address = None
@@ -97,7 +100,8 @@ class AuthConnProtocol(TlsConnProtocol):
                   address=self._address, client=name, roles=str(roles))
         if not roles.admin:
             self._filter = RoleFilter(roles, name, self._address, self._server.core,
-                                      self._server.config.max_job_size)
+                                      self._server.config.max_job_size, self._server.loop.call_soon,
+                                      self._filter_reading)
         rest, self._pending = self._pending, b""
         transport = self._transport
         transport.write(AUTHENTICATED)
@@ -108,6 +112,16 @@ class AuthConnProtocol(TlsConnProtocol):
             self.data_received = self._filtered_reader()
         if rest and not transport.is_closing():
             self.data_received(rest)
+
+    def _set_reading(self, on):
+        # the engine's wish, unless the filter holds commands back
+        self._engine_reads = on
+        if not self._filter_holds:
+            super()._set_reading(on)
+
+    def _filter_reading(self, hold):
+        self._filter_holds = hold
+        super()._set_reading(self._engine_reads and not hold)
 
     def _writers(self, transport):
         write, writelines = super()._writers(transport)

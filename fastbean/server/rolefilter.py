@@ -10,6 +10,11 @@ used or not.
 Replies keep the order of the commands: the engine's replies are counted
 as they are written, and an answer given here waits for the engine's
 replies to the commands before it (a blocked reserve, say).
+
+A command on a job given by id is judged by the tube the job is in when the
+command runs: if the engine has not run every command before it (a reserve
+waits, a turn is deferred), it and everything after it are held until the
+engine has, and reading stops while they are.
 """
 import collections
 import logging
@@ -24,6 +29,7 @@ NOT_PERMITTED = b"NOT_PERMITTED\r\n"
 NOT_FOUND = b"NOT_FOUND\r\n"
 MAX_WAITING = 1024          # answers given here waiting behind the engine's; beyond, the client is closed
 MAX_UNREAD = 1 << 20        # bytes of answers a client leaves unread before it is closed
+MAX_HELD = 1 << 20          # bytes read behind a held command before reading stops (the engine's READ_HIGH)
 LOG_EVERY = 10.0            # seconds between permission-denied events of one token
 # replies of the engine followed by a body: the word, then its length last on the line
 BODY_REPLIES = (b"RESERVED ", b"FOUND ", b"OK ")
@@ -62,6 +68,13 @@ LIST_STATES = {1: b"ready", 2: b"reserved", 3: b"buried", 4: b"delayed"}
 RETRY_SHOW, RETRY_SET, RETRY_DEFAULT = 0, 1, 2
 
 
+def malformed_line(verb):
+    """A line the engine reads as the extension `verb` with BAD_FORMAT: what a
+    line of it that cannot be read is handed on as, so that the engine
+    answers it as it would anyone's (--strict and --testing included)."""
+    return verb.encode() + b" !\r\n"
+
+
 def _line(item):
     # a parsed command written out again: the engine parses it as it parsed the original
     if item[0] == "list-tube":
@@ -86,14 +99,23 @@ class RoleFilter:
 
     __slots__ = ("_roles", "_client", "_address", "_core", "_conn", "_write", "_parser", "_transport",
                  "_max_job_size", "_used", "_watched", "_put", "_queue", "_waiting", "_reply", "_body",
-                 "_parts")
+                 "_parts", "_call_soon", "_hold_reading", "_held", "_held_bytes", "_reading_held",
+                 "_release_asked")
 
-    def __init__(self, roles, client, address, core, max_job_size):
+    def __init__(self, roles, client, address, core, max_job_size, call_soon, hold_reading):
+        """call_soon(fn): the loop's; hold_reading(bool): stop reading the
+        client (True) or let the engine decide again (False)."""
         self._roles = roles
         self._client = client
         self._address = address
         self._core = core
         self._max_job_size = max_job_size
+        self._call_soon = call_soon
+        self._hold_reading = hold_reading
+        self._held = None                   # parsed commands not judged yet, while the engine catches up
+        self._held_bytes = 0                # bytes read since
+        self._reading_held = False          # past MAX_HELD of them: reading stopped
+        self._release_asked = False
         self._conn = self._write = self._transport = None
         self._parser = Parser()
         self._parser.long_lines = not core.strict       # as the engine's own parser
@@ -115,20 +137,51 @@ class RoleFilter:
     # -- reads ----------------------------------------------------------------------
 
     def feed(self, data):
+        items = self._parser.parse(data, self._fits, self._tagged)
+        if self._held is not None:
+            self._held.extend(items)
+            self._held_bytes += len(data)
+            if self._held_bytes > MAX_HELD and not self._reading_held:
+                self._reading_held = True
+                self._hold_reading(True)
+            return
+        self._run(items)
+
+    def _run(self, items):
         forward = []
-        for item in self._parser.parse(data, self._fits, self._tagged):
+        conn = self._conn
+        for i, item in enumerate(items):
             if self._transport.is_closing():
                 return
-            if forward and item[0] in BY_ID:
-                # the commands before it may make the job it names: the engine
-                # runs them first, if it can now, so that its tube is known
-                self._conn.feed(b"".join(forward))
-                forward = []
+            if item[0] in BY_ID and item[1] is None:
+                # the commands before it may make, move or end the job it
+                # names: the engine runs them first, and it is judged once
+                # they have run, by the tube the job is in then
+                if forward:
+                    conn.feed(b"".join(forward))
+                    forward = []
+                if not conn.caught_up:
+                    self._held = collections.deque(items[i:])
+                    self._held_bytes = 0
+                    return
             line = self._judge(item)
             if line:
                 forward.append(line)
         if forward:
-            self._conn.feed(b"".join(forward))
+            conn.feed(b"".join(forward))
+
+    def _release(self):
+        # the engine wrote a reply while commands were held: go on if it has
+        # run everything it was given
+        self._release_asked = False
+        if self._held is None or self._transport.is_closing() or not self._conn.caught_up:
+            return
+        items, self._held = self._held, None
+        self._held_bytes = 0
+        if self._reading_held:
+            self._reading_held = False
+            self._hold_reading(False)
+        self._run(list(items))
 
     def _fits(self, nbytes):
         return nbytes <= self._max_job_size
@@ -147,6 +200,11 @@ class RoleFilter:
             return self._put_end(item)
         if command == "UNKNOWN_COMMAND" or command == "BAD_FORMAT":
             return self._answer(command.encode() + b"\r\n")
+        if item[1] is not None:
+            # an extension's line that cannot be read: the engine answers it
+            # as it answers anyone (BAD_FORMAT; UNKNOWN_COMMAND with --strict)
+            self._queue.append(WAIT_ENGINE)
+            return malformed_line(command)
         arg = item[2] if len(item) > 2 else None
         verdict = self._roles.verdict(command, arg, self._used, self._watched, self._core.job_tube)
         if verdict == DENY:
@@ -264,6 +322,10 @@ class RoleFilter:
             passed = self._replied(data, passed, start - skip, out)
         out.append(data[passed:])
         self._write(b"".join(out) if len(out) > 1 else data)
+        if self._held is not None and not self._release_asked:
+            # not from inside the engine's own write: on the loop's next turn
+            self._release_asked = True
+            self._call_soon(self._release)
 
     def _replied(self, data, passed, end, out):
         """The engine's reply ending at data[end] is complete: the answers
