@@ -178,6 +178,15 @@ SCRIPTS = {
         (1, b"touch 3\r\ndelete 3\r\npeek 3\r\n"), (2, b"bury 3 0\r\nkick 1\r\nkick 1\r\n"),
         (1, b"stats\r\nlist-tubes\r\n"),
     ],
+    # a pause of 0 is over at once: a reserve behind it in the same read, and
+    # a waiter, get the tube's jobs
+    "pause_zero_ends_a_pause": [
+        (1, b"pause-tube default 3600\r\n" + put(b"p") + b"reserve-with-timeout 0\r\n"),
+        (2, b"reserve\r\n", False, 0.1),
+        (1, b"pause-tube default 0\r\nstats-tube default\r\n" + put(b"q")
+         + b"reserve-with-timeout 0\r\n"),
+        (2, b"", False, 0.1), (1, b"pause-tube default 0\r\n" + put(b"r") + b"reserve-with-timeout 0\r\n"),
+    ],
     "multi_tube_priority": [
         (1, b"use x\r\n" + put(b"low", pri=999999) + b"use y\r\n" + put(b"high", pri=99)),
         (2, b"watch x\r\nwatch y\r\nreserve\r\n"), (2, b"reserve-with-timeout 0\r\nreserve-with-timeout 0\r\n"),

@@ -409,10 +409,20 @@ cdef int cmd_pause_tube(Core core, Conn c, Cmd *cmd) except -1:
     t = tube_get(core, cmd.name, cmd.name_len, False)
     if t == NULL:
         return out_text(c, MSG_NOT_FOUND)
-    # A pause of 0 is 1 ns, so waiters are still woken by the timer.
-    t.pause_ns = <int64_t>cmd.delay * SEC if cmd.delay else 1
-    t.unpause_at = mono_ns() + t.pause_ns
     t.cmd_pause += 1
+    if cmd.delay == 0:
+        # beanstalkd pauses for 1 ns, over before it looks at the tube again:
+        # a reserve right behind it (even in the same read) finds its jobs,
+        # and its waiters are served at once
+        t.pause_ns = 0
+        t.unpause_at = 0
+        tube_update(core, t)
+        tube_retime(core, t)
+        if core.neligible:
+            process_queue(core)
+        return out_text(c, MSG_PAUSED)
+    t.pause_ns = <int64_t>cmd.delay * SEC
+    t.unpause_at = mono_ns() + t.pause_ns
     tube_update(core, t)
     tube_retime(core, t)
     return out_text(c, MSG_PAUSED)
