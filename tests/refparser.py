@@ -159,12 +159,13 @@ def parse_line(line):
     if line.startswith(b"delete "):
         v = _last(line[7:], U64)
         return B if v is None else ("delete", None, v)
-    if line.startswith(b"delete-batch"):
-        words = line[12:].split(b" ")
-        if len(words) < 2 or words[0] != b"" or not all(
-                w.isdigit() and int(w) < 2**64 for w in words[1:]):
-            return ("delete-batch", "BAD_FORMAT")
-        return ("delete-batch", None, tuple(int(w) for w in words[1:]))
+    for verb in (b"delete-batch", b"delete-each"):
+        if line.startswith(verb):
+            words = line[len(verb):].split(b" ")
+            if len(words) < 2 or words[0] != b"" or not all(
+                    w.isdigit() and int(w) < 2**64 for w in words[1:]):
+                return (verb.decode(), "BAD_FORMAT")
+            return (verb.decode(), None, tuple(int(w) for w in words[1:]))
     if line.startswith(b"release "):
         a = _uint(line[8:], U64)
         b = a and _uint(a[1], U32)

@@ -5,6 +5,7 @@ lines of every command; tube names with glob characters; pipelines that mix
 `auth` and commands; auth guessed from many source addresses. Real server
 processes, real TLS sockets; each check ends with what the server holds."""
 import hashlib
+import socket
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from fastbean.engine.parser import Parser
 from fastbean.server.rolefilter import malformed_line
 from fastbean.server.roles import parse_roles
 from tests.certs import Pki
-from tests.servers import client
+from tests.servers import HOST, client
 from tests.test_tls import ask, client_context, tls_connect, tls_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -384,3 +385,51 @@ def test_glob_characters_match_only_as_globs(node):
             t.sendall(b"use %s\r\nwatch %s\r\n" % (tube, tube))
             assert replies(t, 2) == [b"BAD_FORMAT\r\n"] * 2, tube
         assert ask(t, b"list-tube-used\r\n") == b"USING $(\r\n"
+
+
+# -- auth in pipelines, and guessed ----------------------------------------------------------
+
+def raw_tls(server, source=HOST):
+    sock = socket.create_connection((HOST, server.tls_port), timeout=10, source_address=(source, 0))
+    try:
+        return server.ctx.wrap_socket(sock, server_hostname="localhost")
+    except BaseException:
+        sock.close()
+        raise
+
+
+def test_auth_pipelined_with_commands(node):
+    good, boss = TOKENS["w1"][0].encode(), TOKENS["boss"][0].encode()
+    with raw_tls(node) as t:
+        # refused before auth, whatever they are; a put's body is a line like any
+        t.sendall(b"kick 1\r\nput 0 0 60 4\r\nkick\r\nauth wrong\r\nauth " + good + b"\r\n"
+                  b"kick 1\r\nauth " + boss + b"\r\nkick 1\r\nlist-tube-used\r\n")
+        assert replies(t, 9) == [b"NOT_AUTHENTICATED\r\n"] * 4 + [
+            b"AUTHENTICATED\r\n", b"NOT_PERMITTED\r\n",
+            # once in, auth is no command: a second token gives nothing more
+            b"UNKNOWN_COMMAND\r\n", b"NOT_PERMITTED\r\n", b"USING default\r\n"]
+    with raw_tls(node) as t:
+        # eight refusals and the connection is closed, unread commands unrun
+        t.sendall(b"use x\r\n" * 8 + b"auth " + boss + b"\r\nkick 1\r\n")
+        assert replies(t, 8) == [b"NOT_AUTHENTICATED\r\n"] * 8
+        assert t.recv(100) == b""
+
+
+def test_guessing_from_many_source_addresses(node):
+    # each address has five failures a minute, then its attempts are refused
+    # unheard, even with a good token; other addresses notice nothing
+    sources = ["127.0.%d.%d" % (1 + i // 200, 2 + i % 200) for i in range(40)]
+    good = TOKENS["w1"][0].encode()
+    for source in sources:
+        with raw_tls(node, source) as t:
+            t.sendall(b"".join(b"auth guess-%d\r\n" % i for i in range(6)))
+            assert replies(t, 6) == [b"NOT_AUTHENTICATED\r\n"] * 6
+            assert t.recv(100) == b""
+        with raw_tls(node, source) as t:
+            t.sendall(b"auth " + good + b"\r\n")
+            assert replies(t, 1) == [b"NOT_AUTHENTICATED\r\n"]
+            assert t.recv(100) == b""
+    with login(node, "w1") as t:
+        assert ask(t, b"list-tube-used\r\n") == b"USING default\r\n"
+    for source in sources:
+        assert "%s failed to authenticate 5 times" % source in node.log
