@@ -40,6 +40,10 @@ STREAM_REPLICAS = 3
 FAILSTOP_LIMIT = 3
 FAILSTOP_WINDOW = 60.0
 EXIT_DISK_FAILED = 74
+# A binlog operation that failed for want of descriptors or memory (EMFILE,
+# ENFILE, ENOMEM) is no disk fault: it is tried again this often, in seconds,
+# with no fail-stop (binlog/durability.py).
+EXHAUSTED_RETRY = 0.1
 # SIGUSR1 drains, SIGTERM/SIGINT stop, SIGHUP reloads the TLS certificates
 # (with TLS only: otherwise it ends the process, as it ends beanstalkd). The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
