@@ -2,8 +2,9 @@
 defect 1): silent TCP connections to a TLS listener with --auth-tokens, more
 of them than the process may open files. Real server processes under
 `prlimit --nofile`, real sockets, real TLS clients."""
-import errno
+import os
 import socket
+import ssl
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.certs import Pki
 from tests.servers import HOST, client
 from tests.test_auth import TOKENS, tokens_file
-from tests.test_tls import ask, client_context, tls_connect, tls_server
+from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -88,7 +89,7 @@ def wait_closed(socks, count, timeout=30.0):
 
 
 def fds(server):
-    import os
+    """Descriptors the server has open."""
     return len(os.listdir("/proc/%d/fd" % server.pid))
 
 
@@ -148,6 +149,8 @@ def test_silent_connections_beyond_the_descriptor_limit_fail_nothing_open(pki, t
             assert ask(tls, b"auth %s\r\n" % TOKENS["producer"].encode()) == b"AUTHENTICATED\r\n"
             socks = flood(s.tls_port, FLOOD, ["127.0.0.%d" % i for i in range(2, 10)])
             wait_accepted(s.tls_port)
+            assert fds(s) > NOFILE - 10         # out of descriptors, as the issue's node
+            assert closed(socks) > 0            # accepted and closed at EMFILE (libuv's spare fd)
             cpu, start = s.cpu(), time.monotonic()
             time.sleep(3)
             used, wall = s.cpu() - cpu, time.monotonic() - start
@@ -158,6 +161,10 @@ def test_silent_connections_beyond_the_descriptor_limit_fail_nothing_open(pki, t
             for sock in socks:
                 sock.close()
             socks = []
+            deadline = time.monotonic() + 30
+            while fds(s) > 100:
+                assert time.monotonic() < deadline, "%d descriptors still open" % fds(s)
+                time.sleep(0.05)
             # descriptors free again: a new client gets in and is served
             with tls_connect(s.tls_port, ctx) as late:
                 assert ask(late, b"auth %s\r\n" % TOKENS["worker"].encode()) == b"AUTHENTICATED\r\n"
@@ -167,3 +174,94 @@ def test_silent_connections_beyond_the_descriptor_limit_fail_nothing_open(pki, t
             sock.close()
         s.stop()
     assert s.proc.returncode == 0, s.log
+
+
+def tls_fails(port, ctx, source="127.0.0.1"):
+    """A TLS connection from source that the server closes before its handshake is done."""
+    sock = socket.socket()
+    sock.settimeout(10)
+    try:
+        sock.bind((source, 0))
+        sock.connect((HOST, port))
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            ctx.wrap_socket(sock, server_hostname="localhost")
+    finally:
+        sock.close()
+
+
+def test_connections_not_yet_in_are_capped_per_address(pki, tmp_path):
+    """--max-unauthenticated-per-address: one address's connections still in
+    their handshake or before auth beyond it are closed at accept; another
+    address, and a client once it is in, are not held back."""
+    s = tls_server(pki.server, "--auth-tokens", tokens_file(tmp_path / "tokens"),
+                   "--max-unauthenticated-per-address", "3")
+    ctx = client_context(pki.ca.cert)
+    waiting = []
+    try:
+        waiting = [tls_connect(s.tls_port, ctx) for _ in range(3)]    # handshake done, no token
+        tls_fails(s.tls_port, ctx)
+        with socket.create_connection((HOST, s.tls_port), timeout=10) as silent:
+            assert silent.recv(10) == b""           # refused at accept: closed, nothing sent
+        with tls_connect_from(s.tls_port, ctx, "127.0.0.2") as other:
+            assert ask(other, b"auth %s\r\n" % TOKENS["worker"].encode()) == b"AUTHENTICATED\r\n"
+        # one of the three gets in: room for one more from its address
+        assert ask(waiting[0], b"auth %s\r\n" % TOKENS["producer"].encode()) == b"AUTHENTICATED\r\n"
+        with tls_connect(s.tls_port, ctx) as late:
+            assert ask(late, b"auth %s\r\n" % TOKENS["producer"].encode()) == b"AUTHENTICATED\r\n"
+        waiting.append(tls_connect(s.tls_port, ctx))   # with the other two: three again
+        tls_fails(s.tls_port, ctx)
+        assert ask(waiting[0], b"put 0 0 60 2\r\nok\r\n") == b"INSERTED 1\r\n"
+        # each time the cap is reached is said once, as each time it clears
+        assert s.log.count("127.0.0.1 has 3 connections not yet in") == 2, s.log
+        assert s.log.count("127.0.0.1 is below the cap of connections not yet in (3) again") == 1, s.log
+    finally:
+        for t in waiting:
+            t.close()
+        s.stop()
+
+
+def tls_connect_from(port, ctx, source):
+    sock = socket.socket()
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect((HOST, port))
+    return ctx.wrap_socket(sock, server_hostname="localhost")
+
+
+def test_handshake_and_auth_deadlines_are_flags(pki, tmp_path):
+    s = tls_server(pki.server, "--auth-tokens", tokens_file(tmp_path / "tokens"),
+                   "--tls-handshake-timeout", "1", "--auth-timeout", "1.5")
+    ctx = client_context(pki.ca.cert)
+    try:
+        with socket.create_connection((HOST, s.tls_port), timeout=30) as silent, \
+                tls_connect(s.tls_port, ctx) as mute:
+            mute.settimeout(30)
+            assert silent.recv(10) == b""           # no handshake: closed
+            assert mute.recv(10) == b""             # handshake, no token: closed
+        assert "did not authenticate within 1.5s" in s.log
+        with tls_connect(s.tls_port, ctx) as t:     # and a client in time gets in
+            assert ask(t, b"auth %s\r\n" % TOKENS["worker"].encode()) == b"AUTHENTICATED\r\n"
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--auth-timeout", "0"], "--auth-timeout: between 0 and 86400 seconds"),
+    (["--tls-handshake-timeout", "soon"], "invalid --tls-handshake-timeout: soon"),
+    (["--max-unauthenticated-per-address", "-1"], "invalid --max-unauthenticated-per-address: -1"),
+])
+def test_bad_deadlines_and_caps_are_one_line(pki, tmp_path, args, message):
+    status, err = start_fails("--tls-listen", "127.0.0.1:1", "--tls-cert", pki.server[0], "--tls-key",
+                              pki.server[1], "--auth-tokens", tokens_file(tmp_path / "tokens"), *args)
+    assert status == 5 and err.startswith("fastbean: " + message), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--auth-timeout", "5"], "--auth-timeout needs --auth-tokens"),
+    (["--tls-handshake-timeout", "5"], "--tls-handshake-timeout needs --tls-cert"),
+    (["--max-unauthenticated-per-address", "5"], "--max-unauthenticated-per-address needs --tls-cert"),
+])
+def test_deadline_flags_without_what_they_time_are_usage_errors(args, message):
+    status, err = start_fails(*args)
+    assert status == 5 and err.startswith("fastbean: " + message), err

@@ -1,11 +1,27 @@
 """ConnProtocol: one per client socket; hands bytes to the engine and back."""
 import asyncio
+import asyncio.sslproto
 import logging
+import sys
 
 from fastbean.engine.core import SockWriter
 from fastbean.logs import event
 
 TRACE_BYTES = 256           # -VV logs this much of each read and reply
+
+
+def tls_layer(loop):
+    """The TLS protocol class of loop's own TLS listeners (uvloop's, or asyncio's)."""
+    uvloop = sys.modules.get("uvloop.loop")
+    if uvloop is not None and isinstance(loop, uvloop.Loop):
+        return uvloop.SSLProtocol
+    return asyncio.sslproto.SSLProtocol
+
+
+def peer_address(transport):
+    """A client's address without its port, what per-address limits count: "unix" for a UNIX socket."""
+    peer = transport.get_extra_info("peername")
+    return peer[0] if isinstance(peer, tuple) else "unix"
 
 
 def peer_name(peer):
@@ -48,13 +64,15 @@ class ConnProtocol(asyncio.Protocol):
         self.data_received = self._conn.feed
 
     def connection_made(self, transport):
-        server = self._server
         self._transport = transport
         self._conn.attach(*self._writers(transport), transport.close)
-        if not server.admit(self):
+        if not self._server.admit(self):
             transport.abort()
             return
-        if server.verbosity >= 1:
+        self._accepted(transport)
+
+    def _accepted(self, transport):
+        if self._server.verbosity >= 1:
             self._peer = peer_name(transport.get_extra_info("peername"))
             event(logging.DEBUG, "accept", "accept %(peer)s", peer=self._peer)
 
@@ -139,28 +157,91 @@ class TracingConnProtocol(ConnProtocol):
 
 
 class TlsConnProtocol(ConnProtocol):
-    """A connection to a TLS listener. uvloop's TLS layer calls the protocol
-    only once the handshake succeeded, and never again if it failed: so the
-    engine hears of the connection only then, or a failed handshake would
-    leave it counting a client that never came."""
+    """A connection to a TLS listener. It counts from accept: against
+    --max-connections, and until the client is in (here: its handshake is
+    done; authgate: its token too) against --max-unauthenticated-per-address;
+    one refused is closed at once. The listener accepts plain connections,
+    and this puts the TLS layer (the loop's own, as a TLS listener would)
+    under itself at accept, with --tls-handshake-timeout. The engine hears
+    of the connection only once the handshake succeeded, or a failed
+    handshake would leave it counting a client that never came."""
 
-    __slots__ = ()
+    __slots__ = ("_address", "_handshaking")
     DIRECT_SEND = False
 
     def __init__(self, server):
         self._server = server
         self._conn = None
+        self._transport = None
+        self._address = None
+        self._handshaking = False
 
     def connection_made(self, transport):
+        if self._handshaking:
+            # from the TLS layer: the handshake is done, transport is the TLS one
+            self._handshaking = False
+            self.handshaken(transport)
+            return
+        # accept: the plain TCP (or UNIX) transport
+        server = self._server
+        self._transport = transport
+        self._address = peer_address(transport)
+        if not server.admit(self, self._address):
+            transport.abort()
+            return
+        self._handshaking = True
+        loop = server.loop
+        waiter = loop.create_future()
+        waiter.add_done_callback(self._handshake_over)
+        tls = tls_layer(loop)(loop, self, server.certificates.context, waiter, server_side=True,
+                              ssl_handshake_timeout=server.config.tls_handshake_timeout)
+        # now, before the transport starts reading: the ClientHello is the TLS layer's
+        transport.set_protocol(tls)
+        tls.connection_made(transport)
+
+    def _handshake_over(self, waiter):
+        # Failed, timed out, or the connection closed during it (then the
+        # waiter may say nothing, but connection_made never came).
+        failed = waiter.cancelled() or waiter.exception() is not None
+        if failed or self._handshaking:
+            self._handshaking = False
+            self._transport.abort()
+            self._server.forget(self)
+
+    def handshaken(self, transport):
+        """The TLS handshake is done: the client is in (authgate asks a token first)."""
+        self._server.authenticated(self)
+        self._enter(transport)
+
+    def _enter(self, transport):
+        # the engine hears of the connection, and its replies go to transport
         super().__init__(self._server)
-        super().connection_made(transport)
+        self._transport = transport
+        self._conn.attach(*self._writers(transport), transport.close)
+        self._accepted(transport)
 
     def eof_received(self):
         # The TLS layer closes the connection after the client's close_notify
         # whatever this answers (and warns about a true answer): replies not
         # written by then are lost, as the client has said it reads no more.
+        if self._conn is None:
+            return False
         self._conn.got_eof()
         return False
+
+    def connection_lost(self, exc):
+        if self._conn is not None:
+            super().connection_lost(exc)
+        else:
+            self._server.forget(self)
+
+    def pause_writing(self):
+        if self._conn is not None:
+            super().pause_writing()
+
+    def resume_writing(self):
+        if self._conn is not None:
+            super().resume_writing()
 
 
 class TracingTlsConnProtocol(TlsConnProtocol, TracingConnProtocol):
