@@ -160,13 +160,15 @@ class TlsConnProtocol(ConnProtocol):
     """A connection to a TLS listener. It counts from accept: against
     --max-connections, and until the client is in (here: its handshake is
     done; authgate: its token too) against --max-unauthenticated-per-address;
-    one refused is closed at once. The listener accepts plain connections,
-    and this puts the TLS layer (the loop's own, as a TLS listener would)
-    under itself at accept, with --tls-handshake-timeout. The engine hears
-    of the connection only once the handshake succeeded, or a failed
-    handshake would leave it counting a client that never came."""
+    one refused is closed at once. The listener accepts plain connections;
+    the TLS layer (the loop's own, as its TLS listeners use) goes under this
+    protocol when the first bytes come, so a peer that sends nothing costs
+    a socket and a few KiB, not a TLS session (about 50 KiB). The handshake
+    must be done --tls-handshake-timeout seconds after the accept. The
+    engine hears of the connection only once it is, or a failed handshake
+    would leave it counting a client that never came."""
 
-    __slots__ = ("_address", "_handshaking")
+    __slots__ = ("_address", "_handshaking", "_deadline")
     DIRECT_SEND = False
 
     def __init__(self, server):
@@ -175,11 +177,13 @@ class TlsConnProtocol(ConnProtocol):
         self._transport = None
         self._address = None
         self._handshaking = False
+        self._deadline = None
 
     def connection_made(self, transport):
         if self._handshaking:
             # from the TLS layer: the handshake is done, transport is the TLS one
             self._handshaking = False
+            self._cancel_deadline()
             self.handshaken(transport)
             return
         # accept: the plain TCP (or UNIX) transport
@@ -190,14 +194,38 @@ class TlsConnProtocol(ConnProtocol):
             transport.abort()
             return
         self._handshaking = True
+        self._deadline = server.loop.call_later(server.config.tls_handshake_timeout, self._too_slow)
+        self.data_received = self._client_hello
+        transport.set_protocol(self)    # the transport keeps the data_received it finds
+
+    def _client_hello(self, data):
+        # The first bytes: the TLS layer goes under this protocol and reads them.
+        server, transport = self._server, self._transport
         loop = server.loop
         waiter = loop.create_future()
         waiter.add_done_callback(self._handshake_over)
+        left = self._deadline.when() - loop.time()
         tls = tls_layer(loop)(loop, self, server.certificates.context, waiter, server_side=True,
-                              ssl_handshake_timeout=server.config.tls_handshake_timeout)
-        # now, before the transport starts reading: the ClientHello is the TLS layer's
+                              ssl_handshake_timeout=max(left, 0.001) + 1.0)    # the deadline's backstop
         transport.set_protocol(tls)
         tls.connection_made(transport)
+        view = memoryview(data)
+        while view and not transport.is_closing():
+            buf = tls.get_buffer(len(view))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            tls.buffer_updated(n)
+            view = view[n:]
+
+    def _too_slow(self):
+        self._deadline = None
+        if self._handshaking:
+            self._transport.abort()     # connection_lost, or the TLS layer's waiter, forget it
+
+    def _cancel_deadline(self):
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def _handshake_over(self, waiter):
         # Failed, timed out, or the connection closed during it (then the
@@ -205,6 +233,7 @@ class TlsConnProtocol(ConnProtocol):
         failed = waiter.cancelled() or waiter.exception() is not None
         if failed or self._handshaking:
             self._handshaking = False
+            self._cancel_deadline()
             self._transport.abort()
             self._server.forget(self)
 
@@ -232,7 +261,9 @@ class TlsConnProtocol(ConnProtocol):
     def connection_lost(self, exc):
         if self._conn is not None:
             super().connection_lost(exc)
-        else:
+        else:                           # before the TLS layer came, or from it after a failure
+            self._handshaking = False
+            self._cancel_deadline()
             self._server.forget(self)
 
     def pause_writing(self):
