@@ -12,8 +12,8 @@ import sys
 
 from fastbean import __version__, logs
 from fastbean.config import (
-    DEFAULT_BINLOG_SIZE,
     DEFAULT_AUTH_TIMEOUT,
+    DEFAULT_BINLOG_SIZE,
     DEFAULT_BUSY_POLL_US,
     DEFAULT_FSYNC_MS,
     DEFAULT_LEASE_TTL,
