@@ -30,6 +30,7 @@ wait too.
 """
 import logging
 import os
+import time
 
 from fastbean.binlog.durability import Durability, exhausted, say_exhausted
 from fastbean.binlog.files import Directory
@@ -39,6 +40,10 @@ from fastbean.engine.core import FILE_FIRST_RECORD, id_marker
 from fastbean.errors import BinlogError
 from fastbean.logs import counted, event
 from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
+
+# A cut-back short of descriptors waits for one this many times EXHAUSTED_RETRY
+# (it runs off the loop while the server rebuilds) before the server gives up.
+CUT_BACK_TRIES = 100
 
 
 class Binlog:
@@ -126,15 +131,22 @@ class Binlog:
         self._durability.stop()
         self.fileset.abandon()
         seq, end = self._durability.good
-        try:
-            # ids go on after every id handed out, even one whose record the
-            # cut takes back (-f MS): no id is acknowledged twice. The marker
-            # names the next id, one no job can have: a marker is a delete
-            # record to replay, and the newest job may well be on disk.
-            removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id + 1))
-        except OSError as e:
-            raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
-                              % (seq, end, e.strerror)) from None
+        for attempt in range(CUT_BACK_TRIES):
+            try:
+                # ids go on after every id handed out, even one whose record the
+                # cut takes back (-f MS): no id is acknowledged twice. The marker
+                # names the next id, one no job can have: a marker is a delete
+                # record to replay, and the newest job may well be on disk.
+                removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id + 1))
+                break
+            except OSError as e:
+                if not exhausted(e.errno) or attempt + 1 == CUT_BACK_TRIES:
+                    raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
+                                      % (seq, end, e.strerror)) from None
+                # out of descriptors (a flood of connections), not the disk: wait for one
+                if attempt == 0:
+                    say_exhausted("cutting binlog.%d back" % seq, e.errno)
+                time.sleep(EXHAUSTED_RETRY)
         event(logging.WARNING, "binlog-cut-back", "binlog.%(file)d cut back to " + counted(end, "byte")
               + ", what is known to be on disk; " + counted(len(removed), "later file") + " removed",
               file=seq, bytes=end, removed=len(removed))
