@@ -232,10 +232,15 @@ class TlsConnProtocol(ConnProtocol):
         # waiter may say nothing, but connection_made never came).
         failed = waiter.cancelled() or waiter.exception() is not None
         if failed or self._handshaking:
-            self._handshaking = False
-            self._cancel_deadline()
+            self._gone()
             self._transport.abort()
-            self._server.forget(self)
+
+    def _gone(self):
+        # closed before the client was in
+        self._handshaking = False
+        self._cancel_deadline()
+        self.data_received = None       # (the bound method would keep a cycle for the GC)
+        self._server.forget(self)
 
     def handshaken(self, transport):
         """The TLS handshake is done: the client is in (authgate asks a token first)."""
@@ -262,9 +267,7 @@ class TlsConnProtocol(ConnProtocol):
         if self._conn is not None:
             super().connection_lost(exc)
         else:                           # before the TLS layer came, or from it after a failure
-            self._handshaking = False
-            self._cancel_deadline()
-            self._server.forget(self)
+            self._gone()
 
     def pause_writing(self):
         if self._conn is not None:
