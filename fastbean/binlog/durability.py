@@ -71,6 +71,7 @@ class Durability:
         self._syncer: Optional[SyncThread] = None
         self._pending_file: Optional[str] = None   # a file whose descriptors could not be had yet
         self._retry = None          # the timer that tries it again
+        self._retries = 0           # fdatasyncs the threads tried again, as last said
         self._detached = False
         self.failed = False
         self.last_error = 0         # errno of the failed fsync
@@ -188,6 +189,11 @@ class Durability:
         assert self._syncer is not None
         seq, err = self._syncer.collect()
         self._synced(seq)
+        retries = self._syncer.retries()
+        if retries > self._retries:
+            event(logging.WARNING, "binlog-exhausted", "fdatasync short of memory: tried again "
+                  "%(retries)d times so far, not a disk fault; synced again", retries=retries)
+            self._retries = retries
         if err:
             self._fail(err)
             return
