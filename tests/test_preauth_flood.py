@@ -10,8 +10,9 @@ import time
 import pytest
 
 from tests.certs import Pki
-from tests.servers import HOST, client
+from tests.servers import HOST, client, free_port
 from tests.test_auth import TOKENS, tokens_file
+from tests.test_metrics import get, samples
 from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -208,8 +209,9 @@ def test_connections_not_yet_in_are_capped_per_address(pki, tmp_path):
     """--max-unauthenticated-per-address: one address's connections still in
     their handshake or before auth beyond it are closed at accept; another
     address, and a client once it is in, are not held back."""
+    mport = free_port()
     s = tls_server(pki.server, "--auth-tokens", tokens_file(tmp_path / "tokens"),
-                   "--max-unauthenticated-per-address", "3")
+                   "--max-unauthenticated-per-address", "3", "--metrics", str(mport))
     ctx = client_context(pki.ca.cert)
     waiting = []
     try:
@@ -217,6 +219,9 @@ def test_connections_not_yet_in_are_capped_per_address(pki, tmp_path):
         tls_fails(s.tls_port, ctx)
         with socket.create_connection((HOST, s.tls_port), timeout=10) as silent:
             assert silent.recv(10) == b""           # refused at accept: closed, nothing sent
+        values = samples(get(mport, "/metrics")[2])[0]
+        assert values["fastbean_connections_unauthenticated"] == 3
+        assert values["fastbean_connections_refused_unauthenticated_total"] == 2
         with tls_connect_from(s.tls_port, ctx, "127.0.0.2") as other:
             assert ask(other, b"auth %s\r\n" % TOKENS["worker"].encode()) == b"AUTHENTICATED\r\n"
         # one of the three gets in: room for one more from its address

@@ -86,7 +86,8 @@ class DiskFaults:
                 pass
 
     def events(self):
-        """[{'what': 'sync-eio'|'write-eio'|'sync-shortage'|'write-shortage'|'power-loss', 'pid', 'tid', 'fd', 'bytes', 'ranges', 'path'}]"""
+        """[{'what': 'sync-eio'|'write-eio'|'sync-shortage'|'write-shortage'|'power-loss', 'pid',
+        'tid', 'fd', 'bytes', 'ranges', 'path'}]"""
         out = []
         try:
             with open(self.logfile) as f:
