@@ -83,8 +83,8 @@ fastbean's own options:
  --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
  --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
  --tls-handshake-timeout SECONDS
-                         close a TLS connection whose handshake is not done by then
-                         (default: %(tls_handshake_timeout)g)
+                         close a TLS connection whose handshake is not done SECONDS
+                         after its accept (default: %(tls_handshake_timeout)g)
  --auth-tokens FILE      TLS listeners answer only `auth <token>` and `quit` until the
                          client sends a token whose SHA-256 is in FILE (lines NAME SHA256
                          [ROLE[:TUBE-GLOB,...] ...], roles producer, worker, monitor, admin;
