@@ -12,11 +12,13 @@ import sys
 
 from fastbean import __version__, logs
 from fastbean.config import (
+    DEFAULT_AUTH_TIMEOUT,
     DEFAULT_BINLOG_SIZE,
     DEFAULT_BUSY_POLL_US,
     DEFAULT_FSYNC_MS,
     DEFAULT_LEASE_TTL,
     DEFAULT_MAX_JOB_SIZE,
+    DEFAULT_MAX_UNAUTHENTICATED,
     DEFAULT_METRICS_HOST,
     DEFAULT_METRICS_TUBES,
     DEFAULT_PORT,
@@ -25,6 +27,7 @@ from fastbean.config import (
     HANDLED_SIGNALS,
     MAX_BUSY_POLL_US,
     MAX_JOB_SIZE_LIMIT,
+    TLS_HANDSHAKE_TIMEOUT,
     UNIX,
     Config,
 )
@@ -55,7 +58,8 @@ Options:
 fastbean's own options:
  --max-memory BYTES      answer put with OUT_OF_MEMORY once the jobs held use BYTES
                          (suffixes K, M, G; default: no cap)
- --max-connections N     refuse connections beyond N (default: no limit)
+ --max-connections N     refuse connections beyond N, counted from their accept (TLS
+                         handshake and auth included) (default: no limit)
  --busy-poll USEC        after a read, poll up to USEC microseconds for the next one
                          before sleeping; adapts to the clients (default: %(busy_poll_us)d; 0: never)
  --metrics [HOST:]PORT   serve /metrics (Prometheus), /healthz and /readyz over HTTP
@@ -78,10 +82,19 @@ fastbean's own options:
  --tls-cert FILE         the server's certificate chain (PEM) for TLS; files reloaded on SIGHUP
  --tls-key FILE          its private key (PEM) (default: in the --tls-cert file)
  --tls-ca FILE           require client certificates signed by a CA in FILE (mutual TLS)
+ --tls-handshake-timeout SECONDS
+                         close a TLS connection whose handshake is not done SECONDS
+                         after its accept (default: %(tls_handshake_timeout)g)
  --auth-tokens FILE      TLS listeners answer only `auth <token>` and `quit` until the
                          client sends a token whose SHA-256 is in FILE (lines NAME SHA256
                          [ROLE[:TUBE-GLOB,...] ...], roles producer, worker, monitor, admin;
                          no roles: admin; reloaded on SIGHUP; see docs/tls.md)
+ --auth-timeout SECONDS  close a connection to a TLS listener with --auth-tokens whose
+                         token is not accepted SECONDS after its handshake (default: %(auth_timeout)g)
+ --max-unauthenticated-per-address N
+                         close at once a TLS connection from an address that has N
+                         still in their handshake or before auth (default: %(max_unauth)d;
+                         0: no cap)
  --retry-limit N         bury a job once it has been released or has timed out N times
                          in all, in every tube without a retry-limit of its own
                          (default: 0, no limit; see docs/protocol-extensions.md)
@@ -116,14 +129,16 @@ starting at docs/index.md; every flag and exit status: docs/configuration.md.
 """ % {"port": DEFAULT_PORT, "max_job_size": DEFAULT_MAX_JOB_SIZE, "binlog_size": DEFAULT_BINLOG_SIZE,
        "busy_poll_us": DEFAULT_BUSY_POLL_US, "metrics_tubes": DEFAULT_METRICS_TUBES,
        "stream": DEFAULT_STREAM, "lease_ttl": DEFAULT_LEASE_TTL,
-       "replicate_timeout": DEFAULT_REPLICATE_TIMEOUT}
+       "replicate_timeout": DEFAULT_REPLICATE_TIMEOUT, "tls_handshake_timeout": TLS_HANDSHAKE_TIMEOUT,
+       "auth_timeout": DEFAULT_AUTH_TIMEOUT, "max_unauth": DEFAULT_MAX_UNAUTHENTICATED}
 
 VALUE_FLAGS = "bflpuzs"
 LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
                 "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens",
                 "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file",
-                "retry-limit", "dead-letter-tube")
+                "retry-limit", "dead-letter-tube", "tls-handshake-timeout", "auth-timeout",
+                "max-unauthenticated-per-address")
 SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -294,6 +309,12 @@ def _long_option(opts, name, value):
         opts["retry_limit"] = limit
     elif name == "dead-letter-tube":
         opts["dead_letter_tube"] = _tube_name(value, "--dead-letter-tube")
+    elif name == "tls-handshake-timeout":
+        opts["tls_handshake_timeout"] = _seconds(value, "--tls-handshake-timeout")
+    elif name == "auth-timeout":
+        opts["auth_timeout"] = _seconds(value, "--auth-timeout")
+    elif name == "max-unauthenticated-per-address":
+        opts["max_unauthenticated_per_address"] = _size(value, "--max-unauthenticated-per-address") or None
     else:
         opts["max_connections"] = _size(value, "--max-connections")
 
@@ -403,9 +424,12 @@ def parse_args(argv, warn=_warn):
             raise Usage("--metrics-auth needs --metrics-tls: a token is never sent in clear")
     if opts.get("health_auth") and not opts.get("metrics_auth"):
         raise Usage("--health-auth needs --metrics-auth")
-    for flag in ("tls_key", "tls_ca", "auth_tokens"):
+    for flag in ("tls_key", "tls_ca", "auth_tokens", "tls_handshake_timeout",
+                 "max_unauthenticated_per_address"):
         if flag in opts and "tls_cert" not in opts:
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
+    if "auth_timeout" in opts and "auth_tokens" not in opts:
+        raise Usage("--auth-timeout needs --auth-tokens")
     # Listeners named by flags of fastbean's own replace the default one;
     # -l or -p asks for it again.
     named = opts.get("listen") or opts.get("tls_listen")

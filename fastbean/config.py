@@ -19,7 +19,14 @@ DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host 
 DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
 DEFAULT_LOG_FORMAT = "text"
 UNIX = "unix:"                         # the host of a UNIX socket address: (UNIX, path)
-TLS_HANDSHAKE_TIMEOUT = 10.0           # seconds a TLS client has to finish its handshake
+TLS_HANDSHAKE_TIMEOUT = 10.0           # --tls-handshake-timeout: seconds a TLS client has to finish its handshake
+DEFAULT_AUTH_TIMEOUT = 10.0            # --auth-timeout: seconds after the handshake to send a good token
+# --max-unauthenticated-per-address: connections from one address still in
+# their TLS handshake or before `auth`. A client is in a few round trips after
+# its connect, so even a host reconnecting a pool of workers at once has far
+# fewer at a time; one peer cannot hold more than this many half-open
+# connections, however long each is kept (see docs/tls.md, Threat model).
+DEFAULT_MAX_UNAUTHENTICATED = 64
 STATUS_INTERVAL = 1.0                  # seconds between systemd STATUS / cap checks
 # Replication (replication/). A NATS server lost takes JetStream a leader
 # election: its raft followers wait 4 to 9 s after the leader's last
@@ -40,6 +47,10 @@ STREAM_REPLICAS = 3
 FAILSTOP_LIMIT = 3
 FAILSTOP_WINDOW = 60.0
 EXIT_DISK_FAILED = 74
+# A binlog operation that failed for want of descriptors or memory (EMFILE,
+# ENFILE, ENOMEM) is no disk fault: it is tried again this often, in seconds,
+# with no fail-stop (binlog/durability.py).
+EXHAUSTED_RETRY = 0.1
 # SIGUSR1 drains, SIGTERM/SIGINT stop, SIGHUP reloads the TLS certificates
 # (with TLS only: otherwise it ends the process, as it ends beanstalkd). The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
@@ -67,6 +78,10 @@ class Config:
     binlog_size: int = DEFAULT_BINLOG_SIZE     # -s, bytes per binlog file
     max_memory: Optional[int] = None      # --max-memory: cap on job bytes held; None = no cap
     max_connections: Optional[int] = None  # --max-connections; None = as many as fds allow
+    tls_handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT   # --tls-handshake-timeout, seconds
+    auth_timeout: float = DEFAULT_AUTH_TIMEOUT     # --auth-timeout, seconds
+    # --max-unauthenticated-per-address; None = no cap
+    max_unauthenticated_per_address: Optional[int] = DEFAULT_MAX_UNAUTHENTICATED
     busy_poll_us: int = DEFAULT_BUSY_POLL_US   # --busy-poll: longest poll after a read; 0 = never
     metrics_host: Optional[str] = DEFAULT_METRICS_HOST   # --metrics HOST:PORT; None = every interface
     metrics_port: Optional[int] = None    # --metrics: None means no HTTP endpoint

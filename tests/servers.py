@@ -101,11 +101,12 @@ class Server(testing.Server):
     cleanup() (or the end of a with block) removes; None or False for none. ready: how start() knows it
     is up, "stats" (it answers stats with its own pid) or "accept" (it accepts
     a connection: a standby node, the nullserver, a test of what happens before
-    the loop runs). name: what messages call it (default: kind). The other
+    the loop runs). name: what messages call it (default: kind). nofile: its
+    open-files limit, soft and hard (prlimit wraps the command). The other
     arguments are fastbean.testing.Server's."""
 
     def __init__(self, kind="fastbean", *args, port=None, unix_socket=None, binlog=None, ready=None,
-                 name=None, env=None, log_path=None):
+                 name=None, env=None, log_path=None, nofile=None):
         if kind not in ("fastbean", "beanstalkd", "nullserver"):
             raise ValueError("no server kind %r" % kind)
         self._tmp_binlog = None
@@ -117,10 +118,14 @@ class Server(testing.Server):
         self.kind = kind
         self._name = name or kind
         self.ready = ready or ("accept" if kind == "nullserver" else "stats")
+        self.nofile = nofile
         self.started = None             # time.monotonic() of the last start
 
     def _program(self):
-        return fastbean_cmd() if self.kind == "fastbean" else [BEANSTALKD]
+        cmd = fastbean_cmd() if self.kind == "fastbean" else [BEANSTALKD]
+        if self.nofile is not None:     # prlimit execs it: the pid stays the server's
+            cmd = ["prlimit", "--nofile=%d:%d" % (self.nofile, self.nofile), "--"] + cmd
+        return cmd
 
     def _command(self):
         if self.kind != "nullserver":

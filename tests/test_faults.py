@@ -13,6 +13,7 @@ FASTBEAN_FAULT_ROUNDS (default 3) sets how many times each fault is repeated;
 a long soak also needs a longer --timeout than pyproject's 120 s, e.g.
 FASTBEAN_FAULT_ROUNDS=50 python3 -m pytest -q -s tests/test_faults.py --timeout 3600
 """
+import errno
 import os
 import random
 import signal
@@ -117,6 +118,39 @@ def disk_load(tmp_path, watchdog, policy, fault, faults=DISK_FAULTS, gap=1.5):
     server.env = None                   # the disk is healthy again
     watchdog.start(server)
     return work, disk, times, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("fault", ["fail_sync", "fail_write"])
+def test_a_binlog_short_of_memory_is_no_disk_fault(tmp_path, watchdog, fault):
+    # -f 0, and fdatasync or write fails with ENOMEM, which says nothing about
+    # the disk: tried again (the replies waiting meanwhile), no fail-stop, no
+    # client dropped, and after kill -9 every acknowledged change is there.
+    binlog = tmp_path / "binlog"
+    binlog.mkdir()
+    disk = DiskFaults(tmp_path, binlog)
+    server = watchdog.watch(FastbeanProcess("fastbean", tmp_path, "-b", binlog, "-f", "0", env=disk.env()))
+    work = Workload(server, producers=4, deleters=2, pipeline=4, seed=29).start()
+    try:
+        work.wait_for(puts=2000, deletes=300)
+        for i in range(3):
+            work.mark("%s ENOMEM %d" % (fault, i))
+            getattr(disk, fault)(4, errno.ENOMEM)
+            assert disk.wait_injected(30), "the server did not %s in 30 s" % fault[5:]
+            work.wait_for(puts=2000, deletes=300)
+    finally:
+        work.stop()
+    with open(server.logfile) as f:
+        log = f.read()
+    assert "fail-stop" not in log and "binlog-error" not in log, log
+    assert "not a disk fault" in log, log
+    assert watchdog.fail_stops() == [] and watchdog.crashes() == []
+    watchdog.kill(server)
+    server.env = None
+    watchdog.start(server)
+    audit = work.audit(watchdog=watchdog, exempt=())
+    report("-f 0, %s ENOMEM x%d" % (fault, len(disk.events())), work, audit)
+    assert [e["what"] for e in disk.events()] == [fault[5:] + "-shortage"] * 12
+    audit.assert_ok()
 
 
 @pytest.mark.parametrize("fault", ["fail_sync", "fail_write"])

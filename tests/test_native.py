@@ -1,16 +1,24 @@
 """The two native helper threads: the binlog's fsync thread and the arena
 prefault pool. Both are exercised for real: syncs of real files and of an fd
-that cannot be synced; arenas taken from the pool by a real interpreter."""
+that cannot be synced, and with the process out of descriptors; arenas
+taken from the pool by a real interpreter."""
+import asyncio
+import contextlib
+import errno
 import gc
 import os
 import random
+import resource
 import select
 import subprocess
 import sys
+import time
 
 import pytest
 
+from fastbean.binlog.durability import Durability, exhausted
 from fastbean.binlog.threads import SyncThread
+from fastbean.config import EXHAUSTED_RETRY
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -179,3 +187,91 @@ print(json.dumps([before, mid, after]))
     taken = mid["taken_warm"] - before["taken_warm"]
     assert taken > 10                              # most new arenas came prefaulted
     assert after["pooled"] <= 8                    # freed arenas past the pool were unmapped
+
+
+@contextlib.contextmanager
+def no_descriptors():
+    """This process may open no new descriptor (EMFILE) inside the block."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = os.dup(0)                  # the lowest free descriptor
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_sync_threads_need_no_new_descriptor(tmp_path):
+    # Out of descriptors, the threads still sync the current file, a finished
+    # one (whose descriptor they take over and close), and a file named
+    # before the shortage. Each used to dup() for every sync: EMFILE, taken
+    # for a disk fault.
+    t = SyncThread(2)
+    try:
+        old = os.open(tmp_path / "a", os.O_WRONLY | os.O_CREAT, 0o600)
+        t.file(tmp_path / "a")
+        os.write(old, b"x")
+        new = os.open(tmp_path / "b", os.O_WRONLY | os.O_CREAT, 0o600)
+        t.file(tmp_path / "b")
+        with no_descriptors():
+            with pytest.raises(OSError) as e:
+                os.dup(0)
+            assert e.value.errno == errno.EMFILE
+            t.finish(old)
+            os.write(new, b"y")
+            t.request(1)
+            assert wait_done(t) == (1, 0)
+            for seq in range(2, 6):
+                os.write(new, b"z")
+                t.request(seq)
+                done = wait_done(t)
+                while done[0] < seq:
+                    done = wait_done(t)
+                assert done == (seq, 0)
+        with pytest.raises(OSError):
+            os.fstat(old)                   # the thread closed it once synced
+        os.close(new)
+    finally:
+        t.stop()
+
+
+def test_errors_that_say_nothing_about_the_disk_are_no_disk_fault():
+    for err in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        assert exhausted(err), errno.errorcode[err]
+    for err in (errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EINVAL, errno.EBADF):
+        assert not exhausted(err), errno.errorcode[err]
+
+
+def test_a_new_file_short_of_descriptors_waits_and_is_no_disk_fault(tmp_path):
+    # -f 0: records of a file whose descriptors cannot be had are not
+    # durable (their replies wait) until a retry opens it; nothing fails.
+    loop = asyncio.new_event_loop()
+    durable, errors = [], []
+    d = Durability(loop, True, 0, durable.append, errors.append)
+
+    def run_until(cond, seconds=10.0):
+        deadline = time.monotonic() + seconds
+        while not cond() and time.monotonic() < deadline:
+            loop.run_until_complete(asyncio.sleep(0.02))
+        return cond()
+
+    try:
+        d.start((1, 0))
+        fds = [os.open(tmp_path / name, os.O_WRONLY | os.O_CREAT, 0o600) for name in ("1", "2")]
+        d.file(str(tmp_path / "1"))
+        os.write(fds[0], b"x")
+        d.written(1, (1, 1))
+        assert run_until(lambda: durable == [1])
+        with no_descriptors():
+            d.finish(fds[0])
+            d.file(str(tmp_path / "2"))     # EMFILE: tried again later
+            os.write(fds[1], b"y")
+            d.written(2, (2, 1))
+            assert not run_until(lambda: len(durable) > 1, 3 * EXHAUSTED_RETRY)
+        assert run_until(lambda: durable == [1, 2])
+        assert errors == [] and not d.failed
+        os.close(fds[1])
+    finally:
+        d.stop()
+        loop.close()

@@ -465,6 +465,7 @@ class GateServer:
 
     class config:
         max_job_size = 65535
+        auth_timeout = 10.0
 
     verbosity = 0
 
@@ -472,8 +473,11 @@ class GateServer:
         self.auth = auth
         self.core = Core(version=b"test")
 
-    def admit(self, proto):
+    def admit(self, proto, address=None):
         return True
+
+    def authenticated(self, proto):
+        pass
 
 
 class GateTransport(FakeTransport):
@@ -494,7 +498,7 @@ def test_an_admin_reads_straight_into_the_engine(tmp_path):
     for name, restricted in (("boss", False), ("old", False), ("prod", True)):
         proto = AuthConnProtocol(server)
         transport = GateTransport()
-        proto.connection_made(transport)
+        proto.handshaken(transport)
         proto.data_received(b"auth %s\r\nlist-tube-used\r\n" % TOKENS[name][0].encode())
         assert b"".join(transport.written) == b"AUTHENTICATED\r\nUSING default\r\n"
         if restricted:

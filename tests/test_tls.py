@@ -30,15 +30,15 @@ def pki(tmp_path_factory):
     return Pki(str(tmp_path_factory.mktemp("pki")))
 
 
-def tls_server(cert_key, *args, ca=None):
+def tls_server(cert_key, *args, ca=None, **kwargs):
     """fastbean with its plain -p port (the readiness check's) and a TLS
-    listener on another; .tls_port is it."""
+    listener on another; .tls_port is it. kwargs go to Server."""
     cert, key = cert_key
     port = free_port()
     flags = ["--tls-listen", "%s:%d" % (HOST, port), "--tls-cert", cert, "--tls-key", key]
     if ca is not None:
         flags += ["--tls-ca", ca]
-    s = Server("fastbean", *flags, *args).start()
+    s = Server("fastbean", *flags, *args, **kwargs).start()
     s.tls_port = port
     return s
 

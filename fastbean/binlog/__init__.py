@@ -21,18 +21,29 @@ and calls on_failure(op): the server stops serving from its engine, whose
 memory holds changes the disk may not (server.py), and rebuild() cuts the
 files back to what is on disk and replays them into a new engine, as a
 restart would. Nothing is ever written after a gap.
+
+A write that fails for want of memory, or a new file that cannot be had
+for want of descriptors (durability.exhausted()), is no disk fault: the
+records not yet written wait, and are written (in order, before any later
+ones) on a retry EXHAUSTED_RETRY seconds later; the replies waiting on them
+wait too.
 """
 import logging
 import os
+import time
 
-from fastbean.binlog.durability import Durability
+from fastbean.binlog.durability import Durability, exhausted, say_exhausted
 from fastbean.binlog.files import Directory
 from fastbean.binlog.fileset import FileSet
-from fastbean.config import DEFAULT_FSYNC_MS
+from fastbean.config import DEFAULT_FSYNC_MS, EXHAUSTED_RETRY
 from fastbean.engine.core import FILE_FIRST_RECORD, id_marker
 from fastbean.errors import BinlogError
 from fastbean.logs import counted, event
 from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
+
+# A cut-back short of descriptors waits for one this many times EXHAUSTED_RETRY
+# (it runs off the loop while the server rebuilds) before the server gives up.
+CUT_BACK_TRIES = 100
 
 
 class Binlog:
@@ -54,6 +65,9 @@ class Binlog:
 
     def _reset(self):
         self.core = None
+        self._stalled = None        # records a write short of memory left: [(file, data), ...]
+        self._stall_timer = None
+        self._short = False         # the shortage is said (once, until writes go through again)
         self.failed = None          # what failed for good (write, fsync, finish): nothing more is written
         self.fileset = FileSet(self.dir, self.max_size,
                               zero_fill=self.fsync and self.fsync_ms == 0 and self.loop is not None)
@@ -94,6 +108,7 @@ class Binlog:
         """After on_failure, on the loop's thread: hear nothing more from the
         sync threads. repair() and reopen() follow."""
         self._turn.cancel()
+        self._cancel_stall()
         self._durability.detach()
 
     def repair(self):
@@ -116,15 +131,22 @@ class Binlog:
         self._durability.stop()
         self.fileset.abandon()
         seq, end = self._durability.good
-        try:
-            # ids go on after every id handed out, even one whose record the
-            # cut takes back (-f MS): no id is acknowledged twice. The marker
-            # names the next id, one no job can have: a marker is a delete
-            # record to replay, and the newest job may well be on disk.
-            removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id + 1))
-        except OSError as e:
-            raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
-                              % (seq, end, e.strerror)) from None
+        for attempt in range(CUT_BACK_TRIES):
+            try:
+                # ids go on after every id handed out, even one whose record the
+                # cut takes back (-f MS): no id is acknowledged twice. The marker
+                # names the next id, one no job can have: a marker is a delete
+                # record to replay, and the newest job may well be on disk.
+                removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id + 1))
+                break
+            except OSError as e:
+                if not exhausted(e.errno) or attempt + 1 == CUT_BACK_TRIES:
+                    raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
+                                      % (seq, end, e.strerror)) from None
+                # out of descriptors (a flood of connections), not the disk: wait for one
+                if attempt == 0:
+                    say_exhausted("cutting binlog.%d back" % seq, e.errno)
+                time.sleep(EXHAUSTED_RETRY)
         event(logging.WARNING, "binlog-cut-back", "binlog.%(file)d cut back to " + counted(end, "byte")
               + ", what is known to be on disk; " + counted(len(removed), "later file") + " removed",
               file=seq, bytes=end, removed=len(removed))
@@ -174,7 +196,7 @@ class Binlog:
         says and let out the replies that were waiting for them."""
         if self.failed is not None:
             return
-        self._write_segments(*self.core.take_wal())
+        self._write_segments(*self._take())
         if self.failed is not None:
             return
         live, resv, used, cap, nfiles = self.core.wal_status()
@@ -183,11 +205,33 @@ class Binlog:
             self._maintain()
         self._reclaim.durable(self._durability.synced_seq)
 
+    def _take(self):
+        # The engine's new records, after those a write short of memory left
+        segments, seq = self.core.take_wal()
+        if self._stalled is not None:
+            segments = self._stalled + list(segments)
+            self._stalled = None
+            self._cancel_stall()
+        return segments, seq
+
+    def _cancel_stall(self):
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _retry_stalled(self):
+        self._stall_timer = None
+        if self._stalled is not None:
+            self.commit()
+            if self._stalled is None and self.failed is None and self._short:
+                self._short = False
+                event(logging.WARNING, "binlog-resumed", "binlog writes go through again")
+
     def _write_segments(self, segments, seq):
         # Each segment to its file, moving on to the next file where the
         # engine did; then the records up to seq are written.
         files = self.fileset
-        for file_seq, data in segments:
+        for i, (file_seq, data) in enumerate(segments):
             if file_seq != files.cur.seq:
                 done = files.cur.seq
                 try:
@@ -196,13 +240,28 @@ class Binlog:
                     self._fail("finish", "finishing binlog.%(file)d: %(error)s", file=done, error=e.strerror)
                     return
                 files.make_current(file_seq)
-                self._durability.file(self.dir.file_path(file_seq))
+                try:
+                    self._durability.file(self.dir.file_path(file_seq))
+                except OSError as e:
+                    self._fail("open", "opening binlog.%(file)d for its fsyncs: %(error)s",
+                               file=file_seq, error=e.strerror)
+                    return
             if data:
+                start = files.cur.used
                 try:
                     files.write(data)
                 except OSError as e:
-                    self._fail("write", "binlog write to binlog.%(file)d failed: %(error)s",
-                               file=file_seq, error=e.strerror)
+                    if not exhausted(e.errno):
+                        self._fail("write", "binlog write to binlog.%(file)d failed: %(error)s",
+                                   file=file_seq, error=e.strerror)
+                        return
+                    # nothing lost: the rest is written on a retry, before anything later
+                    if not self._short:
+                        self._short = True
+                        say_exhausted("a write to binlog.%d" % file_seq, e.errno)
+                    rest = memoryview(data)[files.cur.used - start:]
+                    self._stalled = [(file_seq, bytes(rest))] + list(segments[i + 1:])
+                    self._stall_timer = self.loop.call_later(EXHAUSTED_RETRY, self._retry_stalled)
                     return
         self._durability.written(seq, (files.cur.seq, files.cur.used))
 
@@ -253,8 +312,12 @@ class Binlog:
         spare left. After a failure the files are cut back to what is on disk
         instead, so that the next start replays nothing the disk may not hold."""
         self._turn.cancel()
+        self._cancel_stall()
         if self.failed is None and self.fileset.cur is not None:
-            self._write_segments(*self.core.take_wal())
+            self._write_segments(*self._take())
+            if self._stalled is not None:
+                self._fail("write", "binlog write to binlog.%(file)d failed at shutdown: short of "
+                           "memory", file=self._stalled[0][0])
         if self.failed is None and self._durability.stop():
             self._sync_failed(self._durability.last_error)
         if self.failed is None:

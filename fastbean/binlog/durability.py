@@ -14,13 +14,41 @@ write the binlog says how far records are written and where they end
 It also keeps where the last record known to be on disk ends (`good`): a
 failed fsync may have cost any page written since the last good one, and
 the kernel says so only once, so the binlog is cut back there (binlog/).
+
+An error that says nothing about the disk (exhausted(): no descriptor, no
+memory) is no disk fault: nothing is cut back and no one fail-stops. What
+failed is tried again (the sync threads' fdatasync by themselves; here the
+descriptors of a new file, every EXHAUSTED_RETRY seconds), and the records
+it concerns are not durable meanwhile, so the replies waiting on them wait.
 """
 import collections
+import errno
+import logging
+import os
 import time
 from typing import Deque, Optional, Tuple
 
 from fastbean.binlog.threads import SyncThread
-from fastbean.config import FSYNC_THREADS
+from fastbean.config import EXHAUSTED_RETRY, FSYNC_THREADS
+from fastbean.logs import event
+
+# errnos that say the process or the kernel is short of something, not that the disk failed
+EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EAGAIN})
+
+
+def exhausted(err) -> bool:
+    """err (an errno) says the process or the kernel ran short of descriptors
+    or memory: the operation may succeed when tried again, and nothing was
+    lost on the disk."""
+    return err in EXHAUSTED
+
+
+def say_exhausted(what, err) -> None:
+    """Log, once per shortage, that `what` failed for want of something other
+    than the disk and is being tried again."""
+    event(logging.ERROR, "binlog-exhausted", "%(what)s failed: %(error)s; not a disk fault: tried "
+          "again every %(retry)g s, and the replies that wait on these records wait meanwhile",
+          what=what, error=os.strerror(err), retry=EXHAUSTED_RETRY)
 
 
 class Durability:
@@ -41,6 +69,9 @@ class Durability:
         self._last_sync = 0.0
         self._timer = None          # -f MS: the fsync due at most MS after a write
         self._syncer: Optional[SyncThread] = None
+        self._pending_file: Optional[str] = None   # a file whose descriptors could not be had yet
+        self._retry = None          # the timer that tries it again
+        self._retries = 0           # fdatasyncs the threads tried again, as last said
         self._detached = False
         self.failed = False
         self.last_error = 0         # errno of the failed fsync
@@ -53,14 +84,58 @@ class Durability:
             self.loop.add_reader(self._syncer.fileno(), self._sync_done)
 
     def file(self, path: str) -> None:
-        """Records from now on go to the file at path."""
-        if self._syncer is not None:
-            self._syncer.file(path)
+        """Records from now on go to the file at path. Raises OSError when the
+        file cannot be opened for a reason that is the disk's; short of
+        descriptors, it is tried again until it can (no sync is asked for
+        meanwhile: one would cover the earlier file only)."""
+        if self._syncer is None:
+            return
+        self._cancel_retry()
+        self._pending_file = path
+        self._open_pending(first=True)
 
-    def finish(self, fd: int) -> None:
-        """fd's file is finished: it is synced before any later record counts."""
-        if self._syncer is not None:
+    def _open_pending(self, first=False) -> None:
+        self._retry = None
+        path = self._pending_file
+        if path is None or self._syncer is None or self._detached:
+            return
+        try:
+            self._syncer.file(path)
+        except OSError as e:
+            if not exhausted(e.errno):
+                self._pending_file = None
+                raise
+            if first:
+                say_exhausted("opening %s for its fsyncs" % path, e.errno)
+            self._retry = self.loop.call_later(EXHAUSTED_RETRY, self._retry_file)
+            return
+        self._pending_file = None
+        if not first:
+            event(logging.WARNING, "binlog-resumed", "%(path)s opened for its fsyncs: syncing "
+                  "again", path=path)
+            if self.fsync_ms == 0:
+                self._start_sync()
+            else:
+                self._arm()
+
+    def _retry_file(self) -> None:
+        try:
+            self._open_pending()
+        except OSError as e:
+            self._fail(e.errno or errno.EIO)
+
+    def finish(self, fd: int) -> bool:
+        """fd's file is finished: it is synced before any later record counts.
+        True when a sync thread took fd over (it closes it), False when fd is
+        still the caller's. Raises OSError when a sync done here failed."""
+        if self._syncer is None:
+            return False
+        try:
             self._syncer.finish(fd)
+        except MemoryError:
+            os.fdatasync(fd)            # no room to queue it: synced here, before anything later
+            return False
+        return True
 
     def written(self, seq: int, where) -> None:
         """Records up to seq are written, and end at `where` (file, offset)."""
@@ -86,7 +161,7 @@ class Durability:
         # goes on; with -f 0 their replies wait for it. A thread free by
         # then starts at once, else the first to finish takes these with
         # whatever else has come.
-        if self._asked_seq >= self.written_seq:
+        if self._asked_seq >= self.written_seq or self._pending_file is not None:
             return
         if self.fsync_ms:
             self._last_sync = time.monotonic()
@@ -114,17 +189,26 @@ class Durability:
         assert self._syncer is not None
         seq, err = self._syncer.collect()
         self._synced(seq)
+        retries = self._syncer.retries()
+        if retries > self._retries:
+            event(logging.WARNING, "binlog-exhausted", "fdatasync short of memory: tried again "
+                  "%(retries)d times so far, not a disk fault; synced again", retries=retries)
+            self._retries = retries
         if err:
-            if not self.failed:
-                self.failed = True
-                self.last_error = err
-                self._cancel_timer()
-                self._on_error(err)
+            self._fail(err)
             return
         if self.fsync_ms == 0:
             self._on_durable(seq)
         else:
             self._arm()
+
+    def _fail(self, err: int) -> None:
+        if not self.failed:
+            self.failed = True
+            self.last_error = err
+            self._cancel_timer()
+            self._cancel_retry()
+            self._on_error(err)
 
     def _synced(self, seq: int) -> None:
         while self._asked and self._asked[0][0] <= seq:
@@ -136,9 +220,15 @@ class Durability:
             self._timer.cancel()
             self._timer = None
 
+    def _cancel_retry(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
     def detach(self) -> None:
         """Hear nothing more from the sync threads (on the loop's thread)."""
         self._cancel_timer()
+        self._cancel_retry()
         if self._syncer is not None and not self._detached:
             self._detached = True
             self.loop.remove_reader(self._syncer.fileno())

@@ -14,6 +14,7 @@ import os
 import time
 from typing import Dict
 
+from fastbean.binlog.durability import exhausted
 from fastbean.binlog.files import Directory, File, blocks, user
 from fastbean.binlog.threads import ZeroFill
 from fastbean.engine.core import FILE_FIRST_RECORD, FILE_HEADER
@@ -104,9 +105,14 @@ class FileSet:
             if not self.failing:        # a full disk fails every attempt: say it once
                 self.failing = True
                 self.errors += 1
-                event(logging.ERROR, "binlog-error", "cannot create or allocate %(bytes)d bytes "
-                      "for %(path)s: %(error)s; changes are refused until there is room",
-                      op="allocate", bytes=cap, path=self.dir.file_path(seq), error=e.strerror)
+                if exhausted(e.errno):
+                    event(logging.ERROR, "binlog-exhausted", "cannot make %(path)s: %(error)s; "
+                          "not a disk fault: changes are refused until it can be made",
+                          op="allocate", path=self.dir.file_path(seq), error=e.strerror)
+                else:
+                    event(logging.ERROR, "binlog-error", "cannot create or allocate %(bytes)d bytes "
+                          "for %(path)s: %(error)s; changes are refused until there is room",
+                          op="allocate", bytes=cap, path=self.dir.file_path(seq), error=e.strerror)
             return None
         if self.failing:
             self.failing = False
@@ -171,12 +177,14 @@ class FileSet:
 
     def finish(self, sync):
         """The current file stops being current: its unused preallocation is cut
-        and sync(fd) has it synced (its last records get no other fsync).
-        Raises OSError; the file counts as an older one either way."""
+        and sync(fd) has it synced (its last records get no other fsync),
+        taking its descriptor over. Raises OSError; the file counts as an
+        older one either way."""
         f, self.cur = self.cur, None
         try:
             os.ftruncate(f.fd, f.used)
-            sync(f.fd)
+            if sync(f.fd):
+                f.fd = -1               # the sync thread's now: it closes it once synced
         finally:
             f.close()
             self.sizes[f.seq] = f.used

@@ -155,7 +155,8 @@ class Mirror:
         f = self.cur
         try:
             os.ftruncate(f.fd, f.used)
-            self._durability.finish(f.fd)
+            if self._durability.finish(f.fd):
+                f.fd = -1               # the sync thread's now: it closes it once synced
         except OSError as e:
             self._fail("finish", "finishing binlog.%(file)d: %(error)s", file=f.seq, error=e.strerror)
         f.close()

@@ -18,6 +18,13 @@ a later file's records count. A finished sync signals an eventfd the loop
 watches, once until the loop collects (collect() says how far the files are
 synced).
 
+Descriptors. A sync needs no new descriptor, so a process out of them
+(EMFILE) still syncs: each thread owns the open file of its slot, file()
+only stages the next one, which the thread takes in (closing its old one
+itself) when it takes new work, and finish() takes the finished file's
+descriptor over. An fdatasync that fails for want of memory says nothing
+about the disk: it is tried again, backing off, while the replies wait.
+
 Errors. The kernel reports a failed write-back once per open file
 description, to the first fsync through it that looks. So each thread
 syncs through a description of its own (file() opens the file once per
@@ -29,13 +36,13 @@ binlog stops using the files; see binlog.py).
 
 cimport cython
 import os
-from libc.errno cimport errno, EINTR, EIO
+from libc.errno cimport errno, EAGAIN, EINTR, EIO, EMFILE, ENFILE, ENOBUFS, ENOMEM
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from posix.types cimport off_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from posix.fcntl cimport open as c_open, O_RDONLY, O_CLOEXEC
-from posix.unistd cimport close, dup, read, write
+from posix.unistd cimport close, read, usleep, write
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_t:
@@ -82,10 +89,12 @@ cdef extern from *:
     #define fb_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
     #define fb_store(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
     #define fb_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+    #define fb_flag(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
     """
     int64_t fb_load(int64_t *p) nogil
     void fb_store(int64_t *p, int64_t v) nogil
     int64_t fb_add(int64_t *p, int64_t v) nogil
+    bint fb_flag(bint *p) nogil
 
 cdef extern from "hist.h" nogil:
     int FB_FSYNC_BOUNDS
@@ -97,6 +106,8 @@ cdef extern from "hist.h" nogil:
 cdef enum:
     HIST_SLOTS = 17       # include/hist.h's FB_FSYNC_BOUNDS and FB_GROUP_BOUNDS, + Inf
     MAX_THREADS = 4
+    RETRY_FIRST_US = 1000     # an fdatasync short of memory is tried again after this,
+    RETRY_MAX_US = 100000     # doubling up to this
 
 cdef extern from "<sys/eventfd.h>" nogil:
     int eventfd(unsigned int initval, int flags)
@@ -156,7 +167,8 @@ cdef class Worker:
 cdef struct State:
     pthread_mutex_t mu
     pthread_cond_t wake
-    int fds[MAX_THREADS]  # the current file, one open description per thread; -1 before file()
+    int fds[MAX_THREADS]  # the file each thread syncs, its own open description; -1 before file()
+    int staged[MAX_THREADS]   # file()'s next one, which the thread takes in; -1 if none
     bint has_file
     int nslots            # threads that took their slot (their index into fds)
     int64_t want          # records written and due for a sync (the loop's, atomic)
@@ -165,7 +177,7 @@ cdef struct State:
     int64_t idle          # threads waiting for work (atomic)
     int busy              # syncs running
     int threads
-    int *fin              # dups of finished files to sync first, oldest first
+    int *fin              # finished files (their descriptors, owned) to sync first, oldest first
     int nfin, capfin
     # syncs are reported in the order they started: ticket t's covered
     # records and whether it has finished, in slot t % MAX_THREADS
@@ -183,11 +195,35 @@ cdef struct State:
     int64_t sync_ns
     uint64_t group_hist[HIST_SLOTS]
     uint64_t group_records
+    int64_t retries       # fdatasyncs tried again for want of memory (atomic)
 
 
-cdef int _sync_close(int fd) noexcept nogil:
+cdef inline bint exhausted(int err) noexcept nogil:
+    # an errno that says the process or the kernel is short of something, not the disk
+    return err == EMFILE or err == ENFILE or err == ENOMEM or err == ENOBUFS or err == EAGAIN
+
+
+cdef int _sync(State *s, int fd) noexcept nogil:
+    # fdatasync; the errno of a failed one, else 0. A failure for want of
+    # memory is tried again, backing off (until the threads stop).
+    cdef int err
+    cdef unsigned int wait = RETRY_FIRST_US
+    while True:
+        if fdatasync(fd) == 0:
+            return 0
+        err = errno
+        if err == EINTR:
+            continue
+        if not exhausted(err) or fb_flag(&s.stopping):
+            return err
+        fb_add(&s.retries, 1)
+        usleep(wait)
+        wait = wait * 2 if wait < RETRY_MAX_US // 2 else RETRY_MAX_US
+
+
+cdef int _sync_close(State *s, int fd) noexcept nogil:
     # fdatasync then close; the errno of a failed sync, else 0
-    cdef int err = errno if fdatasync(fd) != 0 else 0
+    cdef int err = _sync(s, fd)
     close(fd)
     return err
 
@@ -228,7 +264,7 @@ cdef void _report(State *s) noexcept nogil:
 
 cdef void *sync_main(void *arg) noexcept nogil:
     cdef State *s = <State *>arg
-    cdef int fd, err, e, i, nfin, k, dup_err, slot
+    cdef int fd, old, err, e, i, nfin, k, slot
     cdef int *fin
     cdef int64_t seq, t0, took
     cdef uint64_t ticket
@@ -242,14 +278,18 @@ cdef void *sync_main(void *arg) noexcept nogil:
         fb_add(&s.idle, -1)
         if not _due(s):
             break                       # stopping, and nothing is left to sync
-        fd = -1
-        dup_err = 0
+        fd = old = -1
         seq = s.started
+        if s.staged[slot] >= 0:
+            # file() named the next file: this thread's own description of
+            # it from now on (file() touches only staged, so the one this
+            # thread syncs through is never closed under it)
+            old = s.fds[slot]
+            s.fds[slot] = s.staged[slot]
+            s.staged[slot] = -1
         if s.has_file and fb_load(&s.want) > s.started:
             seq = s.started = fb_load(&s.want)
-            fd = dup(s.fds[slot])       # file() may replace it while this runs
-            if fd < 0:
-                dup_err = errno         # reported as a failed sync of these records
+            fd = s.fds[slot]
         fin, nfin = s.fin, s.nfin
         s.fin = NULL
         s.nfin = s.capfin = 0
@@ -260,16 +300,18 @@ cdef void *sync_main(void *arg) noexcept nogil:
         s.ticket_over[k] = False
         s.busy += 1
         pthread_mutex_unlock(&s.mu)
-        err = dup_err
+        if old >= 0:
+            close(old)                  # its file was finished (finish() syncs it) or is unused
+        err = 0
         for i in range(nfin):
-            e = _sync_close(fin[i])
+            e = _sync_close(s, fin[i])
             if e and not err:
                 err = e
         free(fin)
         took = -1
         if fd >= 0:
             t0 = now_ns()
-            e = _sync_close(fd)
+            e = _sync(s, fd)
             took = now_ns() - t0
             if e and not err:
                 err = e
@@ -295,7 +337,7 @@ cdef class SyncThread(Worker):
         # Everything __dealloc__ releases is valid before anything can raise.
         cdef int i
         for i in range(MAX_THREADS):
-            self.s.fds[i] = -1
+            self.s.fds[i] = self.s.staged[i] = -1
         self.s.efd = -1
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
@@ -314,7 +356,9 @@ cdef class SyncThread(Worker):
 
     def file(self, path):
         """Later requests are for records in the file at `path` (the current
-        binlog file), opened here once per thread."""
+        binlog file), opened here once per thread (each thread takes its own
+        in when it next takes work, and closes its old one). Raises OSError,
+        and then the earlier file stays the one synced."""
         cdef bytes p = os.fsencode(path)
         cdef int fds[MAX_THREADS]
         cdef int i, k
@@ -327,7 +371,7 @@ cdef class SyncThread(Worker):
                 raise OSError(e, "cannot open %s for its fsyncs" % path)
         pthread_mutex_lock(&self.s.mu)
         for i in range(self.s.threads):
-            fds[i], self.s.fds[i] = self.s.fds[i], fds[i]
+            fds[i], self.s.staged[i] = self.s.staged[i], fds[i]     # an untaken one comes back
         self.s.has_file = True
         pthread_mutex_unlock(&self.s.mu)
         for i in range(self.s.threads):
@@ -346,19 +390,17 @@ cdef class SyncThread(Worker):
             pthread_mutex_unlock(&self.s.mu)
 
     def finish(self, int fd):
-        """fd's file is finished: sync it (a dup is taken) before any record
-        requested later counts as synced. Its errors come back through
-        collect() like any sync's."""
-        cdef int d = dup(fd)
+        """fd's file is finished: sync it before any record requested later
+        counts as synced. The thread takes fd over (and closes it once
+        synced), unless this raises (MemoryError: fd is still the caller's).
+        Its errors come back through collect() like any sync's."""
+        cdef int d = fd
         cdef int *fin
-        if d < 0:
-            raise OSError(errno, "dup failed")
         pthread_mutex_lock(&self.s.mu)
         if self.s.nfin == self.s.capfin:
             fin = <int *>realloc(self.s.fin, (self.s.capfin * 2 + 4) * sizeof(int))
             if fin == NULL:
                 pthread_mutex_unlock(&self.s.mu)
-                close(d)
                 raise MemoryError()
             self.s.fin = fin
             self.s.capfin = self.s.capfin * 2 + 4
@@ -382,6 +424,10 @@ cdef class SyncThread(Worker):
         pthread_mutex_unlock(&self.s.mu)
         return n, err
 
+    def retries(self):
+        """fdatasyncs tried again because the kernel was short of memory."""
+        return fb_load(&self.s.retries)
+
     def histograms(self):
         """For the metrics endpoint: {"fsync": (bounds in seconds, per-bucket
         counts with +Inf last, sum of seconds), "group": (bounds in records,
@@ -402,6 +448,8 @@ cdef class SyncThread(Worker):
         for i in range(MAX_THREADS):
             if self.s.fds[i] >= 0:
                 close(self.s.fds[i])
+            if self.s.staged[i] >= 0:
+                close(self.s.staged[i])
         for i in range(self.s.nfin):
             close(self.s.fin[i])
         free(self.s.fin)
@@ -435,6 +483,10 @@ cdef class SyncThread(Worker):
 # therefore needs no coordination; one that reaches above it (the filler fell
 # behind) takes the lock and moves the filler past itself first. Nothing
 # writes to the spare until it becomes the current file (promote()).
+#
+# The filler writes a chunk back (sync_file_range) outside the lock, through
+# the file's own descriptor, not a dup (no new descriptor, even at EMFILE): a
+# file replaced meanwhile is closed by the filler once it is done with it.
 
 cdef enum:
     CHUNK = 65536
@@ -460,6 +512,8 @@ cdef struct FillState:
     int64_t asleep        # the filler waits for the records to move on (atomic)
     char *zeros
     int error             # errno of the last failed fill, 0 if none
+    int busy              # the descriptor the filler writes back through, unlocked; -1 if none
+    bint close_busy       # it was replaced meanwhile: the filler closes it when done
     bint stopping
 
 
@@ -467,11 +521,20 @@ cdef inline bint _fill_due(FillFile *f) noexcept nogil:
     return f.fd >= 0 and f.pos < f.end and f.pos < fb_load(&f.head) + FILL_AHEAD
 
 
-cdef void _fill_set(FillFile *f, int fd, int64_t used, int64_t end) noexcept nogil:
+cdef void _fill_close(FillState *s, int fd) noexcept nogil:
+    # Under s.mu: fd is replaced; closed now, or by the filler once done with it.
+    if fd < 0:
+        return
+    if fd == s.busy:
+        s.close_busy = True
+    else:
+        close(fd)
+
+
+cdef void _fill_set(FillState *s, FillFile *f, int fd, int64_t used, int64_t end) noexcept nogil:
     # Records end at `used`: filling starts at the chunk after the one they
     # are being written in.
-    if f.fd >= 0:
-        close(f.fd)
+    _fill_close(s, f.fd)
     f.fd = fd
     f.end = end
     fb_store(&f.head, used)
@@ -517,16 +580,18 @@ cdef void *fill_main(void *arg) noexcept nogil:
             pos += n
         fb_store(&f.pos, stop)
         last = stop >= f.end
-        fd = dup(f.fd)
+        fd = s.busy = f.fd
         pthread_mutex_unlock(&s.mu)
-        if fd >= 0:
-            if pos > start:
-                sync_file_range(fd, start, pos - start, SYNC_FILE_RANGE_WAIT_BEFORE |
-                                SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
-            if last:
-                fdatasync(fd)   # commit the extent changes: later syncs need no journal commit
-            close(fd)
+        if pos > start:
+            sync_file_range(fd, start, pos - start, SYNC_FILE_RANGE_WAIT_BEFORE |
+                            SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
+        if last:
+            fdatasync(fd)       # commit the extent changes: later syncs need no journal commit
         pthread_mutex_lock(&s.mu)
+        s.busy = -1
+        if s.close_busy:
+            s.close_busy = False
+            close(fd)
     pthread_mutex_unlock(&s.mu)
     return NULL
 
@@ -538,7 +603,7 @@ cdef class ZeroFill(Worker):
     cdef FillState s
 
     def __cinit__(self):
-        self.s.cur.fd = self.s.nxt.fd = -1
+        self.s.cur.fd = self.s.nxt.fd = self.s.busy = -1
         pthread_mutex_init(&self.s.mu, NULL)
         pthread_cond_init(&self.s.wake, NULL)
         self.s.zeros = <char *>calloc(1, CHUNK)
@@ -552,7 +617,7 @@ cdef class ZeroFill(Worker):
         allocated. Once this returns, nothing more is written to the
         previous file."""
         pthread_mutex_lock(&self.s.mu)
-        _fill_set(&self.s.cur, fd, used, end)
+        _fill_set(&self.s, &self.s.cur, fd, used, end)
         self.s.nxt_due = False
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
@@ -562,7 +627,7 @@ cdef class ZeroFill(Worker):
         current one's records reach half of it; it replaces an earlier spare.
         fd -1: no spare any more."""
         pthread_mutex_lock(&self.s.mu)
-        _fill_set(&self.s.nxt, fd, used, end)
+        _fill_set(&self.s, &self.s.nxt, fd, used, end)
         self.s.nxt_due = fb_load(&self.s.cur.head) * 2 >= self.s.cur.end
         pthread_cond_signal(&self.s.wake)
         pthread_mutex_unlock(&self.s.mu)
@@ -571,8 +636,7 @@ cdef class ZeroFill(Worker):
         """The spare is the current file now, and the loop writes records to it
         from its `used` on; nothing more is written to the previous file."""
         pthread_mutex_lock(&self.s.mu)
-        if self.s.cur.fd >= 0:
-            close(self.s.cur.fd)
+        _fill_close(&self.s, self.s.cur.fd)
         self.s.cur.fd = self.s.nxt.fd
         self.s.cur.end = self.s.nxt.end
         fb_store(&self.s.cur.head, fb_load(&self.s.nxt.head))

@@ -1,6 +1,8 @@
 """The gate of a TLS listener with --auth-tokens: until a client sends
 `auth <token>` with a token from the file, it is answered only that and
-`quit`, and the engine does not know it exists.
+`quit`, and the engine does not know it exists. It has --auth-timeout
+seconds from the end of its handshake to do so, and counts against
+--max-unauthenticated-per-address until it has.
 
 The gate reads in Python; once the client is in, the connection reads
 straight into the engine as any other (uvloop's TLS layer looks up
@@ -11,10 +13,9 @@ through a rolefilter.RoleFilter.
 import logging
 
 from fastbean.logs import event
-from fastbean.server.protocol import TlsConnProtocol, TracingConnProtocol, trace
+from fastbean.server.protocol import TlsConnProtocol, TracingConnProtocol, peer_address, trace
 from fastbean.server.rolefilter import RoleFilter
 
-AUTH_TIMEOUT = 10.0             # seconds after the handshake to authenticate, or be closed
 MAX_LINE = 224                  # beanstalkd's longest command line, CRLF included
 MAX_REFUSED = 8                 # commands refused before auth, then the connection is closed
 AUTHENTICATED = b"AUTHENTICATED\r\n"
@@ -24,8 +25,7 @@ NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 class AuthConnProtocol(TlsConnProtocol):
     """A connection to a TLS listener that asks for a token first."""
 
-    __slots__ = ("_pending", "_deadline", "_address", "_refused", "_filter", "_engine_reads",
-                 "_filter_holds")
+    __slots__ = ("_pending", "_deadline", "_refused", "_filter", "_engine_reads", "_filter_holds")
 
     def __init__(self, server):
         super().__init__(server)
@@ -34,20 +34,20 @@ class AuthConnProtocol(TlsConnProtocol):
         self._filter_holds = False      # the filter holds commands: no reading whatever the engine asks
         self._pending = b""
         self._deadline = None
-        self._address = None
         self._refused = 0
 
-    def connection_made(self, transport):
+    def handshaken(self, transport):
+        # the handshake is done: now the token
         self._transport = transport
-        peer = transport.get_extra_info("peername")
-        self._address = peer[0] if isinstance(peer, tuple) else "unix"
+        if self._address is None:
+            self._address = peer_address(transport)
         self.data_received = self._before_auth
-        self._deadline = self._server.loop.call_later(AUTH_TIMEOUT, self._too_late)
+        self._deadline = self._server.loop.call_later(self._server.config.auth_timeout, self._too_late)
 
     def _too_late(self):
         self._deadline = None
         event(logging.INFO, "auth-timeout", "%(address)s did not authenticate within %(timeout)gs",
-              address=self._address, timeout=AUTH_TIMEOUT)
+              address=self._address, timeout=self._server.config.auth_timeout)
         self._transport.abort()
 
     def _before_auth(self, data):
@@ -107,7 +107,8 @@ class AuthConnProtocol(TlsConnProtocol):
         transport.write(AUTHENTICATED)
         # now the engine hears of the connection, and reads go straight to it
         # (an admin's) or through the filter of its roles
-        TlsConnProtocol.connection_made(self, transport)
+        self._server.authenticated(self)
+        self._enter(transport)
         if self._filter is not None:
             self.data_received = self._filtered_reader()
         if rest and not transport.is_closing():
@@ -132,25 +133,11 @@ class AuthConnProtocol(TlsConnProtocol):
     def _filtered_reader(self):
         return self._filter.feed
 
-    def eof_received(self):
-        if self._conn is None:
-            return False
-        return super().eof_received()
-
     def connection_lost(self, exc):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-        if self._conn is not None:
-            super().connection_lost(exc)
-
-    def pause_writing(self):
-        if self._conn is not None:
-            super().pause_writing()
-
-    def resume_writing(self):
-        if self._conn is not None:
-            super().resume_writing()
+        super().connection_lost(exc)
 
 
 class TracingAuthConnProtocol(AuthConnProtocol, TracingConnProtocol):

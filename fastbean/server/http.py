@@ -11,7 +11,6 @@ import base64
 import binascii
 import logging
 
-from fastbean.config import TLS_HANDSHAKE_TIMEOUT
 from fastbean.logs import event
 from fastbean.server.metrics import CONTENT_TYPE, exposition
 from fastbean.server.rolefilter import DENIALS
@@ -76,7 +75,8 @@ class Endpoint:
 
     async def start(self, sock, tls=None):
         """Serve on sock; over TLS with the SSLContext tls (--metrics-tls)."""
-        options = {"ssl": tls, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT} if tls is not None else {}
+        options = {"ssl": tls, "ssl_handshake_timeout": self.server.config.tls_handshake_timeout} \
+            if tls is not None else {}
         self._srv = await self.server.loop.create_server(lambda: HttpProtocol(self), sock=sock, **options)
         event(logging.INFO, "metrics", "metrics and health endpoints on %(scheme)s://%(address)s/",
               scheme="https" if tls is not None else "http", address=describe(sock))

@@ -1,7 +1,9 @@
 """The server's limits under overload: its client connections, admitted up
-to --max-connections, and the memory cap (--max-memory), which the engine
-counts on its hot path and this watches once a STATUS_INTERVAL. Each cap
-is logged once when it is reached and once when it clears."""
+to --max-connections, and of those not yet in (a TLS handshake or `auth`
+to go) up to --max-unauthenticated-per-address from one address; and the
+memory cap (--max-memory), which the engine counts on its hot path and this
+watches once a STATUS_INTERVAL. Each cap is logged once when it is reached
+and once when it clears."""
 import asyncio
 import logging
 
@@ -9,13 +11,18 @@ from fastbean.logs import counted, event
 
 
 class Connections:
-    """The open client connections (their protocols)."""
+    """The open client connections (their protocols), each from its accept."""
 
-    def __init__(self, limit):
+    def __init__(self, limit, per_address=None):
         self.limit = limit          # --max-connections; None: as many as fds allow
+        self.per_address = per_address  # --max-unauthenticated-per-address; None: no cap
         self.refused = 0            # connections refused at the limit
+        self.refused_unauthenticated = 0    # refused at the per-address cap
         self._open = set()
+        self._unauthenticated = {}  # protocol -> its address, while it is not in yet
+        self._by_address = {}       # address -> its connections not in yet
         self._capped = False
+        self._capped_addresses = set()  # addresses at the per-address cap (each said once)
         self._closing = None        # set once every connection is gone, after close_all()
 
     def __len__(self):
@@ -24,8 +31,18 @@ class Connections:
     def __iter__(self):
         return iter(list(self._open))
 
-    def admit(self, proto):
-        """A new connection: False when it must be refused (closing, or at the limit)."""
+    def __contains__(self, proto):
+        return proto in self._open
+
+    @property
+    def unauthenticated(self):
+        """Connections not in yet (a TLS handshake or `auth` to go)."""
+        return len(self._unauthenticated)
+
+    def admit(self, proto, address=None):
+        """A new connection, just accepted: False when it must be refused
+        (closing, at the limit, or, when it has to come in yet (address
+        given), its address has --max-unauthenticated-per-address such)."""
         if self._closing is not None:
             return False
         if self.limit is not None and len(self._open) >= self.limit:
@@ -35,11 +52,41 @@ class Connections:
                 event(logging.WARNING, "connection-cap-reached", "connection limit (%(limit)d) "
                       "reached: refusing new connections", limit=self.limit)
             return False
+        if address is not None:
+            n = self._by_address.get(address, 0)
+            if self.per_address is not None and n >= self.per_address:
+                self.refused_unauthenticated += 1
+                if address not in self._capped_addresses:
+                    self._capped_addresses.add(address)
+                    event(logging.WARNING, "unauthenticated-cap-reached", "%(address)s has "
+                          + counted(n, "connection") + " not yet in (TLS handshake or auth): "
+                          "refusing more from it", address=address, limit=self.per_address)
+                return False
+            self._by_address[address] = n + 1
+            self._unauthenticated[proto] = address
         self._open.add(proto)
         return True
 
+    def authenticated(self, proto):
+        """proto's client is in (its handshake done, its token accepted)."""
+        address = self._unauthenticated.pop(proto, None)
+        if address is None:
+            return
+        n = self._by_address[address] - 1
+        if n:
+            self._by_address[address] = n
+        else:
+            del self._by_address[address]
+        if address in self._capped_addresses and n < self.per_address:
+            self._capped_addresses.discard(address)
+            event(logging.INFO, "unauthenticated-cap-cleared", "%(address)s is below the cap of "
+                  "connections not yet in (%(limit)d) again", address=address, limit=self.per_address)
+
     def forget(self, proto):
-        """A connection is gone."""
+        """A connection is gone (saying it again is harmless)."""
+        if proto not in self._open:
+            return
+        self.authenticated(proto)
         self._open.discard(proto)
         if self._closing is not None and not self._open:
             self._closing.set()

@@ -184,6 +184,12 @@ def exposition(server):
             [("", core.cooling_keys)])
     _metric(out, "fastbean_connections_refused_total", "counter",
             "Connections refused because of --max-connections.", [("", server.connections.refused)])
+    _metric(out, "fastbean_connections_unauthenticated", "gauge",
+            "Connections to TLS listeners still in their handshake or before auth.",
+            [("", server.connections.unauthenticated)])
+    _metric(out, "fastbean_connections_refused_unauthenticated_total", "counter",
+            "Connections refused because of --max-unauthenticated-per-address.",
+            [("", server.connections.refused_unauthenticated)])
     _metric(out, "fastbean_busy_poll_seconds_total", "counter",
             "Time the loop spent busy polling without a read arriving (--busy-poll).",
             [("", server.busy_poll.idle_ns / 1e9 if server.busy_poll is not None else 0.0)])

@@ -16,7 +16,6 @@ from fastbean.config import (
     SHUTDOWN_GRACE,
     STATUS_INTERVAL,
     TICK_BUDGET,
-    TLS_HANDSHAKE_TIMEOUT,
 )
 from fastbean.engine.core import Core, prefault_arenas, tune_malloc
 from fastbean.errors import BinlogError, BinlogLockedError
@@ -76,7 +75,7 @@ class Server:
             self.binlog = self._wal = Binlog(loop, config.binlog_dir, config.binlog_size,
                                              fsync=config.fsync, fsync_ms=config.fsync_ms,
                                              on_failure=self.recovery.binlog_failed)
-        self.connections = Connections(config.max_connections)
+        self.connections = Connections(config.max_connections, config.max_unauthenticated_per_address)
         self._new_core()
         # A replicated node serves clients only while it is the primary.
         self.serving = self.replicator is None
@@ -168,8 +167,12 @@ class Server:
 
     # -- connections ---------------------------------------------------------
 
-    def admit(self, proto):
-        return self.connections.admit(proto)
+    def admit(self, proto, address=None):
+        """A connection just accepted (address: of one still to come in); False: close it at once."""
+        return self.connections.admit(proto, address)
+
+    def authenticated(self, proto):
+        self.connections.authenticated(proto)
 
     def forget(self, proto):
         self.connections.forget(proto)
@@ -221,24 +224,23 @@ class Server:
 
     async def _listen(self, sock, tls):
         # Plain or TLS is decided here, once per listener: a plain connection's
-        # protocol is the same with TLS configured or not.
+        # protocol is the same with TLS configured or not. A TLS listener
+        # accepts plain connections and its protocol runs the handshake
+        # (start_tls), so that a connection counts from its accept.
         if tls and self.auth is not None:
             cls = TracingAuthConnProtocol if self.verbosity >= 2 else AuthConnProtocol
-            options = {"ssl": self.certificates.context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
         elif tls:
             cls = TracingTlsConnProtocol if self.verbosity >= 2 else TlsConnProtocol
-            options = {"ssl": self.certificates.context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT}
         else:
             cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
-            options = {}
 
         def factory():
             return cls(self) if self.serving else Refused()
 
         if sock.family == socket.AF_UNIX:
-            srv = await self.loop.create_unix_server(factory, sock=sock, backlog=BACKLOG, **options)
+            srv = await self.loop.create_unix_server(factory, sock=sock, backlog=BACKLOG)
         else:
-            srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG, **options)
+            srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG)
         self.listeners.append(srv)
 
     async def start(self, listeners, metrics_sock=None):

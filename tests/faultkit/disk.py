@@ -24,7 +24,9 @@ class DiskFaults:
     fail_write(n): the next n pwrite/write calls to such files fail with EIO
     and write nothing. power_loss(): at the next write or sync of such a file,
     every unsynced byte becomes zeros and the process is killed (SIGKILL).
-    events(): the faults injected so far, as dicts."""
+    Given err (an errno other than EIO: ENOMEM, say), fail_sync and fail_write
+    fail with it and do nothing else (no byte is lost: a shortage, not a
+    disk fault). events(): the faults injected so far, as dicts."""
 
     def __init__(self, workdir, watch_dir):
         self.workdir = str(workdir)
@@ -48,17 +50,17 @@ class DiskFaults:
         return env
 
     @staticmethod
-    def _arm(path, count):
+    def _arm(path, count, err=None):
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
-            f.write("%d\n" % count)
+            f.write("%d\n" % count if err is None else "%d %d\n" % (count, err))
         os.rename(tmp, path)        # the shim never sees a half-written count
 
-    def fail_sync(self, count=1):
-        self._arm(self.sync_trigger, count)
+    def fail_sync(self, count=1, err=None):
+        self._arm(self.sync_trigger, count, err)
 
-    def fail_write(self, count=1):
-        self._arm(self.write_trigger, count)
+    def fail_write(self, count=1, err=None):
+        self._arm(self.write_trigger, count, err)
 
     def power_loss(self):
         self._arm(self.power_trigger, 1)
@@ -84,7 +86,8 @@ class DiskFaults:
                 pass
 
     def events(self):
-        """[{'what': 'sync-eio'|'write-eio'|'power-loss', 'pid', 'tid', 'fd', 'bytes', 'ranges', 'path'}]"""
+        """[{'what': 'sync-eio'|'write-eio'|'sync-shortage'|'write-shortage'|'power-loss', 'pid',
+        'tid', 'fd', 'bytes', 'ranges', 'path'}]"""
         out = []
         try:
             with open(self.logfile) as f:

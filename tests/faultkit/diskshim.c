@@ -15,6 +15,10 @@
  * While the file named by $FAULTKIT_WRITE_TRIGGER exists, the next pwrite or
  * write to such a file fails with EIO, writes nothing, and consumes it.
  *
+ * A trigger may name another errno after its count ("N ERRNO"): a failure
+ * that says nothing about the disk (ENOMEM, say). The call fails with it and
+ * does nothing else: a sync forgets no range, and no byte becomes zeros.
+ *
  * While the file named by $FAULTKIT_POWER_TRIGGER exists, the next pwrite,
  * write or sync of such a file is a power loss: every byte written since
  * its file's last good sync (in every file still there) becomes zeros, and
@@ -147,19 +151,23 @@ static void logline(const char *what, int fd, const char *path, long long bytes,
     }
 }
 
-/* Consume a trigger file: 1 if it existed (a fault is due). */
+/* Consume a trigger file: the errno of the fault due (EIO unless the file
+ * names another), 0 if none is. */
 static int take(const char *trigger)
 {
-    char buf[32];
+    char buf[32], *end;
     if (!trigger)
         return 0;
     int fd = open(trigger, O_RDWR | O_CLOEXEC);
     if (fd < 0)
         return 0;
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    long count = n > 0 ? (buf[n] = 0, strtol(buf, NULL, 10)) : 0;
+    long count = n > 0 ? (buf[n] = 0, strtol(buf, &end, 10)) : 0;
+    long err = n > 0 ? strtol(end, NULL, 10) : 0;
+    if (err <= 0)
+        err = EIO;
     if (count > 1) {
-        int len = snprintf(buf, sizeof buf, "%ld\n", count - 1);
+        int len = snprintf(buf, sizeof buf, "%ld %ld\n", count - 1, err);
         if (ftruncate(fd, 0) == 0)
             real_pwrite(fd, buf, (size_t)len, 0);
         close(fd);
@@ -167,7 +175,7 @@ static int take(const char *trigger)
         close(fd);
         unlink(trigger);
     }
-    return 1;
+    return (int)err;
 }
 
 /* Overwrite f's unsynced ranges with zeros; the bytes zeroed. */
@@ -221,10 +229,11 @@ static ssize_t do_write(int fd, const void *buf, size_t n, off_t off, int positi
         return positional ? fn(fd, buf, n, off) : real_write(fd, buf, n);
     pthread_mutex_lock(&mu);
     power(fd, path);
-    if (take(write_trigger)) {
-        logline("write-eio", fd, path, (long long)n, 0);
+    int err = take(write_trigger);
+    if (err) {
+        logline(err == EIO ? "write-eio" : "write-shortage", fd, path, (long long)n, 0);
         pthread_mutex_unlock(&mu);
-        errno = EIO;
+        errno = err;
         return -1;
     }
     off_t start = positional ? off : lseek(fd, 0, SEEK_CUR);
@@ -267,12 +276,13 @@ static int do_sync(int fd, sync_fn fn)
     pthread_mutex_lock(&mu);
     power(fd, path);
     struct file *f = file_of(fd);
-    if (f && take(sync_trigger)) {
+    int err = f ? take(sync_trigger) : 0;
+    if (err) {
         size_t ranges = f->n;
-        long long bytes = drop_unsynced(f, path);
-        logline("sync-eio", fd, path, bytes, ranges);
+        long long bytes = err == EIO ? drop_unsynced(f, path) : 0;
+        logline(err == EIO ? "sync-eio" : "sync-shortage", fd, path, bytes, ranges);
         pthread_mutex_unlock(&mu);
-        errno = EIO;
+        errno = err;
         return -1;
     }
     uint64_t started = f ? ++f->epoch : 0;     /* writes from now on are not covered */
