@@ -25,6 +25,8 @@ from tests.refparser import RefParser
 from tests.servers import FUZZ, HOST, Server
 from tests.test_conformance import normalize
 
+pytestmark = pytest.mark.timeout(300 * FUZZ)
+
 STREAMS_PER_EXAMPLE = 25
 FUZZ_STREAMS = 50000 * FUZZ
 EXAMPLES = FUZZ_STREAMS // STREAMS_PER_EXAMPLE
