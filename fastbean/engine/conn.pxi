@@ -180,6 +180,9 @@ cdef extern from "<sys/socket.h>" nogil:
     int MSG_DONTWAIT
     int MSG_NOSIGNAL
 
+cdef extern from "<errno.h>" nogil:
+    int EWOULDBLOCK
+
 
 @cython.auto_pickle(False)
 cdef class SockWriter:
@@ -188,10 +191,11 @@ cdef class SockWriter:
     straight from the connection's output buffer to the socket, in one
     send(2), the system call the transport would make, without a bytes
     object and a trip through the transport's write path. What the socket
-    does not take at once (or a send that fails, which the transport then
-    meets again and reports) goes to the transport, which writes in order
-    from then on, until it has nothing queued. A closing transport gets
-    everything: its descriptor may be closed, and its number reused."""
+    does not take at once goes to the transport, which writes in order
+    from then on, until it has nothing queued. A send that fails for good
+    (EPIPE, ECONNRESET: the peer is gone) hands nothing on: send says so,
+    and the engine runs nothing more for that peer. A closing transport
+    gets everything: its descriptor may be closed, and its number reused."""
 
     cdef int fd
     cdef bint queued                  # the transport may hold unsent bytes
@@ -216,6 +220,7 @@ cdef class SockWriter:
         self.t_writelines(chunks)
 
     cdef int send(self, const char *p, Py_ssize_t n) except -1:
+        # 1 if the peer is gone (the send failed for good), else 0
         cdef ssize_t k
         if self.queued:
             if self.queued_size():
@@ -229,7 +234,9 @@ cdef class SockWriter:
         if k == n:
             return 0
         if k < 0:
-            k = 0           # EAGAIN, or an error the transport's write will meet
+            if errno != EAGAIN and errno != EWOULDBLOCK and errno != EINTR:
+                return 1
+            k = 0
         self.queued = True
         self.t_write(PyBytes_FromStringAndSize(p + k, n - k))
         return 0
@@ -268,14 +275,14 @@ cdef int flush(Conn c) except -1:
         c.olen = 0
         if type(c.write) is SockWriter:
             writer = <SockWriter>c.write
-            if core.wal_on:
+            if core.wal_on and c.state != CONN_EOF:
                 # with a binlog, replies keep the transport's path, which
                 # sends them at the end of the loop turn, as before: sending
                 # them at once is measured without a binlog only
                 writer.queued = True
                 writer.t_write(PyBytes_FromStringAndSize(c.obuf, n))
-            else:
-                writer.send(c.obuf, n)
+            elif writer.send(c.obuf, n):
+                c.lost = True       # the peer is gone: conn_run quits
         else:
             hook1(core, c.write, PyBytes_FromStringAndSize(c.obuf, n))
     if c.ocap > OBUF_KEEP:

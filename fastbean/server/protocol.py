@@ -158,8 +158,9 @@ class TlsConnProtocol(ConnProtocol):
     def eof_received(self):
         # The TLS layer closes the connection after the client's close_notify
         # whatever this answers (and warns about a true answer): replies not
-        # written by then are lost, as the client has said it reads no more.
-        self._conn.got_eof()
+        # written by then are lost, as the client has said it reads no more:
+        # so the peer is gone, and the engine runs nothing more for it.
+        self._conn.got_eof(True)
         return False
 
 
