@@ -6,7 +6,7 @@
 #
 # Offers: BIG_PUT, timer_less, timer_setpos, conn_new, conn_released,
 #   feed_after_big_put, out_text, out_bytes, out_u64, out_job, out_yaml,
-#   out_drop, flush, conn_touched, ask_again, update_reading, use_tube,
+#   out_drop, conn_need, flush, conn_touched, ask_again, update_reading, use_tube,
 #   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
 #   waiting_remove, waiter_take, conn_retime, flush_forget, list_forget,
 #   conn_release.
@@ -95,6 +95,8 @@ cdef void feed_after_big_put(Conn c, bytes data) except *:
 # -- output -----------------------------------------------------------------------
 
 cdef int out(Conn c, const char *s, Py_ssize_t n) except -1:
+    if not c.exact:
+        c.need_all = True
     if vec_grow(<void **>&c.obuf, &c.ocap, c.olen + n, 1) < 0:
         raise MemoryError()
     memcpy(c.obuf + c.olen, s, n)
@@ -242,9 +244,17 @@ cdef class SockWriter:
         return 0
 
 
+cdef inline void conn_need(Conn c, uint64_t seq) noexcept:
+    # c's output reveals or confirms the records up to seq
+    if seq > c.wal_need:
+        c.wal_need = seq
+
+
 cdef int flush(Conn c) except -1:
-    # Hand what c has to say to its transport, unless it confirms binlog
-    # records that are not durable yet: then it waits in core.held.
+    # Hand what c has to say to its transport, unless it confirms or
+    # reveals binlog records that are not durable yet: then it waits in
+    # core.held. Records appended since, which it shows nothing of, do not
+    # hold it up (a flush of another tube, say).
     cdef Core core = c.core
     cdef Py_ssize_t n
     cdef SockWriter writer
@@ -252,12 +262,12 @@ cdef int flush(Conn c) except -1:
         out_drop(c)
         lat_lost(c)
         return 0
+    if c.need_all:
+        c.need_all = False
+        conn_need(c, core.wal_seq)
     if c.held:
-        if core.wal_seq > core.durable_seq:
-            c.wal_need = core.wal_seq
         return 0
-    if core.wal_seq > core.durable_seq and (c.olen or c.chunks):
-        c.wal_need = core.wal_seq
+    if c.wal_need > core.durable_seq and (c.olen or c.chunks):
         c.held = True
         core.held.append(c)
         return 0
