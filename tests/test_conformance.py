@@ -8,6 +8,7 @@ and with them the byte count of the YAML document that holds them.
 import os
 import random
 import re
+import signal
 import socket
 import time
 
@@ -390,6 +391,54 @@ def _state_after_hang_up(kind, how, tail, log=False):
         return normalize(after), shown
     finally:
         srv.stop()
+
+
+def _state_after_kick_and_hang_up(kind, how):
+    # A kick of 10,000 delayed jobs (fastbean moves 4096 a loop turn), then
+    # commands behind it, and the client hangs up at once: beanstalkd writes
+    # KICKED, runs one command more and fails its reply (a full close), or
+    # runs and answers everything (SHUT_WR). fastbean keeps reading while
+    # the kick runs, so it sees the hang-up as beanstalkd does. The server
+    # is stopped while the client sends and hangs up, so that both find the
+    # commands and the hang-up waiting, whatever the scheduler does.
+    n = 10000
+    srv = Server(kind).start()
+    try:
+        with srv.client(60) as c:
+            c.send(b"put 0 3600 60 1\r\nx\r\n" * n)
+            for _ in range(n):
+                c.line()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        os.kill(srv.pid, signal.SIGSTOP)
+        try:
+            s.sendall(b"kick %d\r\nuse zz\r\nput 0 0 60 1\r\nx\r\nput 0 0 60 1\r\ny\r\n" % n)
+            if how == "close":
+                s.close()
+            else:
+                s.shutdown(socket.SHUT_WR)
+        finally:
+            os.kill(srv.pid, signal.SIGCONT)
+        after = b""
+        if how != "close":
+            while chunk := s.recv(65536):
+                after += chunk
+            s.close()
+        with srv.client() as c:
+            deadline = time.monotonic() + 10
+            while c.stats()["current-connections"] != 1:
+                assert time.monotonic() < deadline, "the hung-up connection stays"
+                time.sleep(0.01)
+            st = c.stats()
+            shown = (st["current-jobs-ready"], st["current-jobs-delayed"], st["total-jobs"],
+                     c.cmd(b"stats-tube zz"))
+        return after, shown
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("how", ["close", "shut-wr"])
+def test_commands_behind_a_long_kick_at_hang_up(how):
+    assert _state_after_kick_and_hang_up("fastbean", how) == _state_after_kick_and_hang_up("beanstalkd", how)
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["memory", "binlog"])

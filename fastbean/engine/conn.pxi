@@ -9,7 +9,7 @@
 #   out_drop, conn_need, flush, conn_touched, ask_again, update_reading, use_tube,
 #   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
 #   waiting_remove, waiter_take, conn_retime, flush_forget, list_forget,
-#   conn_release.
+#   conn_release, SockWriter.
 # Python: SockWriter.
 # Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
 #
@@ -285,7 +285,7 @@ cdef int flush(Conn c) except -1:
         c.olen = 0
         if type(c.write) is SockWriter:
             writer = <SockWriter>c.write
-            if core.wal_on and c.state != CONN_EOF:
+            if core.wal_on and c.state != CONN_EOF and not (c.careful and c.parser.buffered()):
                 # with a binlog, replies keep the transport's path, which
                 # sends them at the end of the loop turn, as before: sending
                 # them at once is measured without a binlog only
@@ -321,12 +321,15 @@ cdef inline void ask_again(Conn c):
 cdef void update_reading(Conn c):
     # Read while there is room: stop when commands pile up unprocessed
     # (blocked reserve, slow reader, batch left over), resume when they drain.
+    # A kick, flush or list-tube under way reads on, as a blocked reserve
+    # does, so that a hang-up is seen before the commands behind it run.
     cdef Py_ssize_t buffered = c.parser.buffered()
+    cdef bint idle = c.wait != WAIT_NONE or not c.again_pending
     cdef bint want
     if c.reading_paused:
-        want = buffered < READ_LOW and c.writable and not c.again_pending
+        want = buffered < READ_LOW and c.writable and idle
     else:
-        want = buffered < READ_HIGH and c.writable and not c.again_pending
+        want = buffered < READ_HIGH and c.writable and idle
     if want == c.reading_paused:
         c.reading_paused = not want
         hook1(c.core, c.reading_cb, want)
@@ -441,6 +444,7 @@ cdef void waiting_remove(Core core, Conn c) noexcept:
     if c.wait != WAIT_JOB:
         return
     c.wait = WAIT_NONE
+    c.careful = True
     core.waiting_ct -= 1
     c.timeout_at = -1
     for i in range(c.nwatch):

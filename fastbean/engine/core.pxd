@@ -423,6 +423,11 @@ cdef class Conn:
     cdef ConnState state
     cdef ConnWait wait
     cdef bint lost                    # the transport failed or is gone: output goes nowhere
+    cdef bint closing                 # the peer's stream ended and its transport closes (TLS): no command starts
+    # A wait (reserve, kick, flush, list-tube) just ended: the commands
+    # buffered behind it run one at a time, each once the reply before it is
+    # written, until none is left (run.pxi), as in beanstalkd.
+    cdef bint careful
 
     cdef Tube *use
     cdef Watch *watch

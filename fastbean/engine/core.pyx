@@ -445,7 +445,8 @@ cdef class Conn:
         """The peer shut down its sending side. Its buffered commands run one
         at a time, each once the reply before it is written, until a write
         fails. closing: the transport closes now (TLS), so nothing can be
-        written back: the peer is gone, and nothing more runs."""
+        written back: the peer is gone, and no command starts (a flush,
+        kick or list-tube under way still ends)."""
         enter(self.core)
         if conn_released(self):
             return
@@ -454,8 +455,7 @@ cdef class Conn:
             # beanstalkd answers a blocked reserve with TIMED_OUT on hang-up
             waiting_remove(self.core, self)
             out_text(self, MSG_TIMED_OUT)
-        if closing:
-            self.state = CONN_QUIT
+        self.closing = closing
         conn_run(self.core, self)
         settle(self.core)
 

@@ -39,16 +39,27 @@ cdef int conn_run(Core core, Conn c) except -1:
             c.state = CONN_QUIT             # a write failed: the peer is gone
         elif c.wait == WAIT_KICK and not conn_released(c):
             kick_more(core, c)
+            c.careful = c.wait == WAIT_NONE
         elif c.wait == WAIT_FLUSH and not conn_released(c):
             flush_more(core, c)
+            c.careful = c.wait == WAIT_NONE
         elif c.wait == WAIT_LIST and not conn_released(c):
             list_more(core, c)
+            c.careful = c.wait == WAIT_NONE
         while c.wait == WAIT_NONE and c.state < CONN_QUIT and c.writable:
-            if c.state == CONN_EOF and (c.olen or c.chunks or c.held):
-                # After the peer's FIN a command runs once the reply before
-                # it is written, as in beanstalkd: if the peer has closed
-                # its socket, the first write draws a reset and the next
-                # one fails, and then nothing more runs.
+            if ((c.state == CONN_EOF or (c.careful and type(c.write) is SockWriter and c.parser.buffered()))
+                    and (c.closing or c.olen or c.chunks or c.held)):
+                # After the peer's FIN, or behind a wait, a command runs
+                # once the reply before it is written, as in beanstalkd: if
+                # the peer has closed its socket, the first write draws a
+                # reset and the next one fails, and then nothing more runs.
+                # (Behind a wait, only where a failed write is known at once:
+                # a plain socket's SockWriter.) A closing transport (TLS) can
+                # write nothing back: nothing starts, though a flush or kick
+                # under way ends first (above).
+                if c.closing:
+                    c.state = CONN_QUIT
+                    break
                 flush(c)
                 if c.lost:
                     c.state = CONN_QUIT
@@ -59,6 +70,7 @@ cdef int conn_run(Core core, Conn c) except -1:
                 ask_again(c)
                 break
             if not c.parser.next(&cmd):
+                c.careful = False
                 if c.state == CONN_EOF:
                     c.state = CONN_QUIT
                 break
