@@ -3,13 +3,14 @@
     python -m benchmarks.durability [--reps 3] [--seconds 2] [--clients 1,10,50,200]
     python -m benchmarks.durability --reads [--reps 3]
 
---reads measures what fastbean's rule for reads costs them: every reply,
-a peek's or stats' too, leaves only once every record logged before it is
-durable, so that no reply reveals a change the disk may not hold (a
-NOT_FOUND after a delete whose fsync then fails). A client peeks a job in a
-loop, alone and beside puts from 10 clients, with -f 0 (a peek beside puts
-waits for their fsync) and with -f 50 (it waits only for their write): the
-difference is the cost of the rule.
+--reads measures what fastbean's rule for reads costs them: a reply, a
+peek's or stats' too, leaves only once the records it shows are durable,
+so that no reply reveals a change the disk may not hold (a NOT_FOUND after
+a delete whose fsync then fails). A client peeks a job of tube default in
+a loop, alone and beside puts from 10 clients to tube bench, with -f 0 and
+with -f 50. Since issue 35 the peek waits only for default's records, so
+it no longer waits for the puts' fsync; before, every reply waited for
+every record logged before it, and the difference was the cost of that.
 
 With -f 0 a client is answered only once its record is on disk, so a client
 with one put in flight waits at least one fdatasync and one round trip per

@@ -3,6 +3,7 @@ directories shared with the real beanstalkd in both directions."""
 import fcntl
 import os
 import random
+import select
 import shutil
 import signal
 import socket
@@ -609,6 +610,80 @@ def test_f0_reply_never_overtakes_its_fsync(tmp_path, gated_fsync):
             gate.unlink()
             assert c1.line() == b"INSERTED 1" and c2.line() == b"INSERTED 2"
     finally:
+        s.stop()
+
+
+def doc(c):
+    """The YAML document of an OK reply on c."""
+    line = c.line()
+    assert line.startswith(b"OK "), line
+    return c.body(int(line.split()[1]))
+
+
+def held_back(clients, wait=0.5):
+    """Which of clients have nothing to read after `wait` seconds (waited once)."""
+    time.sleep(wait)
+    return [not select.select([c.sock], [], [], 0)[0] for c in clients]
+
+
+def test_f0_reply_waits_only_for_the_records_it_shows(tmp_path, gated_fsync):
+    # With -f 0 no reply confirms or shows a change before its record is
+    # on disk, but a reply waits only for those records: while the disk
+    # holds back the fsync of tube a's changes, replies about tube b go at
+    # once, and each reply that shows a's changes, or confirms one of its
+    # own, waits for the disk.
+    gate = gated_fsync()
+    gate.unlink()                               # the disk answers until a's changes
+    s = fastbean(tmp_path, "-f", "0")
+    try:
+        with s.client() as a, s.client() as b:
+            a.use("t")
+            in_t = a.put(b"t")
+            a.use("a")
+            gone, kept = a.put(b"g"), a.put(b"k")
+            b.use("b")
+            in_b = b.put(b"y")
+            gate.write_text("")                 # the disk stops answering
+            a.send(b"put 0 0 60 1\r\nz\r\ndelete %d\r\ndelete %d\r\n" % (gone, in_t))
+            new = in_b + 1
+            # b's round trips show nothing of a's changes: answered, and by
+            # the last of them a's commands have run
+            for _ in range(50):
+                assert b.stats_tube("b")["current-jobs-ready"] == 1
+            assert b.job(b"peek-ready") == (in_b, b"y")
+            assert b.stats_job(in_b)["tube"] == "b"
+            assert b.cmd(b"list-tube-used") == b"USING b"
+            # each on a client of its own, after what it needs has been answered
+            shows = [(None, b"stats-tube a"), ("a", b"peek-ready"), (None, b"stats-job %d" % new),
+                     (None, b"peek %d" % gone), (None, b"stats-tube t"), (None, b"stats"),
+                     (None, b"list-tubes"), (None, b"put 0 0 60 1\r\nw"),
+                     ("a", b"reserve-with-timeout 0")]
+            clients = [s.client() for _ in shows]
+            try:
+                for c, (tube, line) in zip(clients, shows):
+                    if line.startswith(b"reserve"):
+                        c.watch(tube)
+                        c.cmd(b"ignore default", b"WATCHING 1")
+                    elif tube:
+                        c.use(tube)
+                    c.send(line + b"\r\n")
+                assert held_back([a] + clients) == [True] * (1 + len(clients))
+                gate.unlink()
+                assert [a.line() for _ in range(3)] == [b"INSERTED %d" % new, b"DELETED", b"DELETED"]
+                assert b"\ncurrent-jobs-ready: 2\n" in doc(clients[0])
+                assert clients[1].line() == b"FOUND %d 1" % kept
+                assert b"\nid: %d\n" % new in doc(clients[2])
+                assert clients[3].line() == b"NOT_FOUND"
+                assert clients[4].line() == b"NOT_FOUND"
+                assert b"\ncurrent-jobs-ready: 3\n" in doc(clients[5])
+                assert b"- t\n" not in doc(clients[6])
+                assert clients[7].line() == b"INSERTED %d" % (new + 1)
+                assert clients[8].line() == b"RESERVED %d 1" % kept
+            finally:
+                for c in clients:
+                    c.close()
+    finally:
+        gate.unlink(missing_ok=True)
         s.stop()
 
 

@@ -8,6 +8,7 @@ and with them the byte count of the YAML document that holds them.
 import os
 import random
 import re
+import signal
 import socket
 import time
 
@@ -341,3 +342,118 @@ def random_close_session(rnd):
 @pytest.mark.parametrize("seed", range(12 * FUZZ))
 def test_random_close_session(seed):
     assert_same(random_close_session(random.Random(seed)))
+
+
+# Commands queued behind a blocked reserve when the client hangs up (issue
+# 35, defect 4). beanstalkd answers the reserve TIMED_OUT when it sees the
+# hang-up and runs each later command once the reply before it is written:
+# after a full close the first write succeeds, the peer answers it with a
+# reset, and the next write fails and ends the connection; after
+# shutdown(SHUT_WR) every write succeeds and everything runs.
+BEHIND_RESERVE = {
+    "use-put": b"use zz\r\nput 0 0 60 1\r\nx\r\n",
+    "put-use-put": b"put 0 0 60 1\r\na\r\nuse zz\r\nput 0 0 60 1\r\nb\r\n",
+    "use-three-puts": b"use zz\r\n" + b"put 0 0 60 1\r\nx\r\n" * 3,
+    "stats-then-puts": b"stats-tube default\r\nuse zz\r\nput 0 0 60 1\r\nx\r\nput 0 0 60 1\r\ny\r\n",
+    "peek-pause-put": b"peek-ready\r\npause-tube default 0\r\nuse zz\r\nput 0 0 60 1\r\nx\r\n",
+    "reserve-again": b"reserve-with-timeout 0\r\nuse zz\r\nput 0 0 60 1\r\nx\r\n",
+}
+
+
+def _state_after_hang_up(kind, how, tail, log=False):
+    # What the client read after its hang-up (SHUT_WR only: a closed socket
+    # reads nothing) and what the server holds once it has let go. log: with
+    # a binlog fsynced before every reply (fastbean holds each reply until
+    # its records are durable, so it is written later).
+    srv = Server(kind, *(("-f", "0") if log else ()), binlog=log).start()
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        s.sendall(b"watch emptyq\r\nignore default\r\nreserve\r\n" + tail)
+        got = b""
+        while got.count(b"\r\n") < 2:           # WATCHING 2, WATCHING 1; the reserve blocks
+            got += s.recv(4096)
+        assert got == b"WATCHING 2\r\nWATCHING 1\r\n"
+        after = b""
+        if how == "close":
+            s.close()
+        else:
+            s.shutdown(socket.SHUT_WR)
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                after += chunk
+            s.close()
+        with srv.client() as c:
+            deadline = time.monotonic() + 10
+            while c.stats()["current-connections"] != 1:
+                assert time.monotonic() < deadline, "the hung-up connection stays"
+                time.sleep(0.01)
+            shown = []
+            for line in (b"list-tubes", b"stats", b"stats-tube default", b"stats-tube zz", b"peek-ready"):
+                c.send(line + b"\r\n")
+                reply = c.line() + b"\r\n"
+                if reply.startswith((b"OK ", b"FOUND ")):
+                    reply += c.body(int(reply.split()[-1])) + b"\r\n"
+                # the stats polls above are counted too, as many as it took
+                shown.append(re.sub(rb"cmd-stats: \d+", b"cmd-stats: *", normalize(reply)))
+        return normalize(after), shown
+    finally:
+        srv.stop()
+
+
+def _state_after_kick_and_hang_up(kind, how):
+    # A kick of 10,000 delayed jobs (fastbean moves 4096 a loop turn), then
+    # commands behind it, and the client hangs up at once: beanstalkd writes
+    # KICKED, runs one command more and fails its reply (a full close), or
+    # runs and answers everything (SHUT_WR). fastbean keeps reading while
+    # the kick runs, so it sees the hang-up as beanstalkd does. The server
+    # is stopped while the client sends and hangs up, so that both find the
+    # commands and the hang-up waiting, whatever the scheduler does.
+    n = 10000
+    srv = Server(kind).start()
+    try:
+        with srv.client(60) as c:
+            c.send(b"put 0 3600 60 1\r\nx\r\n" * n)
+            for _ in range(n):
+                c.line()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        os.kill(srv.pid, signal.SIGSTOP)
+        try:
+            s.sendall(b"kick %d\r\nuse zz\r\nput 0 0 60 1\r\nx\r\nput 0 0 60 1\r\ny\r\n" % n)
+            if how == "close":
+                s.close()
+            else:
+                s.shutdown(socket.SHUT_WR)
+        finally:
+            os.kill(srv.pid, signal.SIGCONT)
+        after = b""
+        if how != "close":
+            while chunk := s.recv(65536):
+                after += chunk
+            s.close()
+        with srv.client() as c:
+            deadline = time.monotonic() + 10
+            while c.stats()["current-connections"] != 1:
+                assert time.monotonic() < deadline, "the hung-up connection stays"
+                time.sleep(0.01)
+            st = c.stats()
+            shown = (st["current-jobs-ready"], st["current-jobs-delayed"], st["total-jobs"],
+                     c.cmd(b"stats-tube zz"))
+        return after, shown
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("how", ["close", "shut-wr"])
+def test_commands_behind_a_long_kick_at_hang_up(how):
+    assert _state_after_kick_and_hang_up("fastbean", how) == _state_after_kick_and_hang_up("beanstalkd", how)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["memory", "binlog"])
+@pytest.mark.parametrize("how", ["close", "shut-wr"])
+@pytest.mark.parametrize("name", sorted(BEHIND_RESERVE))
+def test_commands_behind_a_blocked_reserve_at_hang_up(name, how, log):
+    ref = _state_after_hang_up("beanstalkd", how, BEHIND_RESERVE[name], log)
+    got = _state_after_hang_up("fastbean", how, BEHIND_RESERVE[name], log)
+    assert got == ref

@@ -237,6 +237,37 @@ def test_f0_flushed_waits_for_the_deletes_to_be_durable(tmp_path, gated_fsync):
         s.stop()
 
 
+def test_f0_a_big_flush_holds_up_no_reply_that_shows_none_of_it(tmp_path, gated_fsync):
+    # Issue 35, defect 5: with -f 0 a reply that showed or confirmed nothing
+    # of the flush still waited for every record the flush kept adding.
+    # Here the disk holds back every fsync from the flush on: replies about
+    # another tube are answered all along (before, none would ever come),
+    # and one about the flushed tube waits, with FLUSHED, for the disk.
+    n = 20000                                   # FLUSH_BATCH is 4096: five loop turns
+    gate = gated_fsync()
+    gate.unlink()
+    s = fastbean(tmp_path, "-f", "0")
+    try:
+        with s.client(60) as c, s.client() as probe, s.client() as shows:
+            probe.use("other")
+            probe.put(b"x")
+            c.use("big")
+            put_many(c, n)
+            gate.write_text("")                 # the disk stops answering
+            c.send(b"flush-tube big\r\n")
+            for _ in range(20):
+                assert probe.stats_tube("other")["current-jobs-ready"] == 1
+                assert probe.job(b"peek-ready")[1] == b"x"
+            shows.send(b"stats-tube big\r\n")
+            assert no_reply(c) and no_reply(shows)
+            gate.unlink()
+            assert c.line() == b"FLUSHED %d" % n
+            assert shows.line().startswith(b"OK ")
+    finally:
+        gate.unlink(missing_ok=True)
+        s.stop()
+
+
 def test_beanstalkd_reads_the_binlog_after_a_flush(tmp_path):
     s = fastbean(tmp_path)
     with s.client() as c:

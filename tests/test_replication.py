@@ -424,6 +424,36 @@ def test_quorum_lost_and_back(cluster, nodes, tmp_path):
           "%.1f s after the loss" % (waited, recovered))
 
 
+def test_a_reply_waits_only_for_the_records_it_shows(cluster, nodes, tmp_path):
+    # Issue 35, defect 5, with --replicate: while the stream cannot store a
+    # change (two NATS servers of three gone), replies about another tube
+    # are answered, and one that would show the change (a NOT_FOUND after
+    # the delete) waits with the delete's own reply, which never comes: the
+    # primary suspends and hangs up on both.
+    nodes.append(Node("a", cluster.urls, tmp_path, "--replicate-timeout", "5"))
+    primary = find_primary(nodes)
+    wait_readyz(primary, 200)
+    with primary.client() as c:
+        c.use("other")
+        c.put(b"kept")
+        c.use("t")
+        doomed = c.put(b"doomed")
+    changer, shows, other = primary.client(30), primary.client(30), primary.client(30)
+    other.use("other")
+    for s in cluster.servers[:2]:
+        s.kill()
+    changer.send(b"delete %d\r\n" % doomed)
+    for _ in range(20):         # by the last of these the delete has run
+        assert other.stats_tube("other")["current-jobs-ready"] == 1
+    assert other.job(b"peek-ready")[1] == b"kept"
+    shows.send(b"peek %d\r\n" % doomed)
+    for c in (changer, shows):
+        with pytest.raises((ConnectionError, OSError)):
+            c.line()
+    for c in (changer, shows, other):
+        c.close()
+
+
 def wait_readyz(node, status, timeout=30.0):
     deadline = time.monotonic() + timeout
     while node.readyz() != status:

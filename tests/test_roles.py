@@ -6,6 +6,7 @@ import hashlib
 import re
 import signal
 import socket
+import ssl
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
 from fastbean.server.tokens import TokenAuth
 from tests.certs import Pki
 from tests.servers import FUZZ, HOST, EngineClient, Server, client, wait_listening
-from tests.test_tls import ask, client_context, start_fails, tls_connect, tls_server, wait_for_log
+from tests.test_tls import ask, client_context, current_connections, start_fails, tls_connect, tls_server, wait_for_log
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -549,3 +550,36 @@ def test_allowed_commands_are_answered_as_the_engine_answers_them(lines, cuts):
             flt.feed(stream[start:cut])
             start = cut
     assert b"".join(transport.written) == expected
+
+
+@pytest.mark.parametrize("how", ["close", "close-notify"])
+def test_commands_behind_a_blocked_reserve_do_not_run_after_the_client_goes(guarded, how):
+    # Issue 35, defect 4, through the role filter (tests/test_tls.py has it
+    # on a bare TLS connection): nothing queued behind the reserve runs once
+    # the client's stream has ended.
+    def put_to_out():
+        with client(guarded.port) as c:
+            r = c.cmd(b"stats-tube out")
+            return 0 if r == b"NOT_FOUND" else int(re.search(rb"\ntotal-jobs: (\d+)\n", c.body(int(r.split()[1])))[1])
+
+    with client(guarded.port) as c:         # the reserve must block: "in" emptied
+        c.cmd(b"watch in")
+        c.cmd(b"ignore default")
+        while (job := c.job(b"reserve-with-timeout 0")) is not None:
+            c.cmd(b"delete %d" % job[0], b"DELETED")
+    before = put_to_out()
+    t = login(guarded, "both")
+    talk(t, b"watch in\r\nignore default\r\nreserve\r\nuse out\r\nput 0 0 60 1\r\nx\r\n",
+         b"WATCHING 2\r\nWATCHING 1\r\n")
+    conns = current_connections(guarded)
+    if how == "close-notify":
+        try:
+            t.unwrap()
+        except (OSError, ssl.SSLError):
+            pass
+    t.close()
+    deadline = time.monotonic() + 10
+    while current_connections(guarded) != conns - 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert put_to_out() == before

@@ -563,3 +563,30 @@ def test_many_idle_tls_connections(pki):
         for t in conns:
             t.close()
         s.stop()
+
+
+@pytest.mark.parametrize("how", ["close", "close-notify"])
+def test_commands_behind_a_blocked_reserve_do_not_run_after_the_client_goes(pki, how):
+    # Issue 35, defect 4, on TLS: the TLS layer closes the connection when
+    # the client's stream ends (close_notify, or a bare FIN), so nothing can
+    # be answered after it and nothing queued behind the reserve runs.
+    s = tls_server(pki.server)
+    try:
+        t = tls_connect(s.tls_port, client_context(pki.ca.cert))
+        assert ask(t, b"watch emptyq\r\nignore default\r\nreserve\r\nuse zz\r\nput 0 0 60 1\r\nx\r\n") == \
+            b"WATCHING 2\r\nWATCHING 1\r\n"
+        if how == "close-notify":
+            try:
+                t.unwrap()
+            except (OSError, ssl.SSLError):
+                pass
+        t.close()
+        deadline = time.monotonic() + 10
+        while current_connections(s) != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with client(s.port) as c:
+            assert c.cmd(b"stats-tube zz") == b"NOT_FOUND"
+            assert c.stats()["total-jobs"] == 0
+    finally:
+        s.stop()

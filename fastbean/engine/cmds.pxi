@@ -442,7 +442,74 @@ cdef int cmd_stats_tube(Core core, Conn c, Cmd *cmd) except -1:
     return out_yaml(c, tube_yaml(t))
 
 
+# What a reply shows of the state binlog records hold, and so which records
+# must be durable before it goes (conn.pxi flush; -f 0 and --replicate
+# hold replies until then): its own records (a change it confirms), and the
+# last record about what it shows. A reply that shows a tube or a job needs
+# only that tube's last record; a flush of another tube holds it up no more.
+cdef enum:
+    SHOWS_ALL = 0             # anything (stats, list-tubes, kick, the extensions): every record so far
+    SHOWS_NOTHING = 1         # nothing records hold (use, watch, a put's INSERTED, errors)
+    SHOWS_TUBE = 2            # the tube it names (stats-tube, pause-tube)
+    SHOWS_USED = 3            # the used tube (peek-ready, peek-delayed, peek-buried)
+    SHOWS_JOB = 4             # the job it names by id, or that it is gone
+    SHOWS_WATCHED = 5         # the watched tubes (a reserve answered at once)
+
+
+cdef int _shows(Conn c, int op) noexcept:
+    if (op == OP_PUT or op == OP_USE or op == OP_WATCH or op == OP_IGNORE or op == OP_LIST_TUBE_USED
+            or op == OP_LIST_TUBES_WATCHED or op == OP_QUIT or op == OP_SKIPPED
+            or op == OP_BAD_FORMAT):
+        return SHOWS_NOTHING
+    if op == OP_PUT_BODY:
+        # a put with a key may answer with the key's job, or its cooldown
+        return SHOWS_NOTHING if c.put_key is None else SHOWS_ALL
+    if op == OP_STATS_TUBE or op == OP_PAUSE_TUBE:
+        return SHOWS_TUBE
+    if op == OP_PEEK_READY or op == OP_PEEK_DELAYED or op == OP_PEEK_BURIED:
+        return SHOWS_USED
+    if (op == OP_PEEK or op == OP_STATS_JOB or op == OP_DELETE or op == OP_RELEASE or op == OP_BURY
+            or op == OP_TOUCH or op == OP_KICK_JOB or op == OP_RESERVE_JOB):
+        return SHOWS_JOB
+    if op == OP_RESERVE or op == OP_RESERVE_TIMEOUT:
+        return SHOWS_WATCHED
+    return SHOWS_ALL
+
+
 cdef int dispatch(Core core, Conn c, Cmd *cmd) except -1:
+    # Run one command, then raise c's need (conn.pxi) to the records its
+    # reply confirms or shows.
+    cdef uint64_t before = core.wal_seq
+    cdef int shows = _shows(c, cmd.op)
+    cdef Tube *t
+    cdef Job *j
+    cdef Py_ssize_t i
+    c.exact = shows != SHOWS_ALL
+    try:
+        _dispatch(core, c, cmd)
+    finally:
+        c.exact = False
+    if core.wal_seq > before:
+        conn_need(c, core.wal_seq)      # it confirms records of its own (the latest)
+    elif shows == SHOWS_TUBE:
+        t = tube_get(core, cmd.name, cmd.name_len, False)
+        conn_need(c, t.wal_seq if t != NULL else core.tube_gone_seq)
+    elif shows == SHOWS_USED:
+        conn_need(c, c.use.wal_seq)
+    elif shows == SHOWS_JOB:
+        j = job_find(core, cmd.id)
+        if j != NULL:
+            conn_need(c, j.tube.wal_seq)
+        elif cmd.id < core.next_id:
+            conn_need(c, core.drop_seq)     # not found: it may have been deleted
+    elif shows == SHOWS_WATCHED and c.wait != WAIT_JOB:
+        # the job it got is from one of them; TIMED_OUT shows them all empty
+        for i in range(c.nwatch):
+            conn_need(c, c.watch[i].tube.wal_seq)
+    return 0
+
+
+cdef int _dispatch(Core core, Conn c, Cmd *cmd) except -1:
     cdef int op = cmd.op
     if op <= OP_PAUSE_TUBE:
         core.cmd_ct[op] += 1

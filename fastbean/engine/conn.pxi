@@ -6,10 +6,10 @@
 #
 # Offers: BIG_PUT, timer_less, timer_setpos, conn_new, conn_released,
 #   feed_after_big_put, out_text, out_bytes, out_u64, out_job, out_yaml,
-#   out_drop, flush, conn_touched, ask_again, update_reading, use_tube,
+#   out_drop, conn_need, flush, conn_touched, ask_again, update_reading, use_tube,
 #   add_watch, watches, drop_watch, deadline_soon, any_ready, waiting_add,
 #   waiting_remove, waiter_take, conn_retime, flush_forget, list_forget,
-#   conn_release.
+#   conn_release, SockWriter.
 # Python: SockWriter.
 # Uses: hooks, vec, heap, mem, tube, job, metrics, queue.
 #
@@ -95,6 +95,8 @@ cdef void feed_after_big_put(Conn c, bytes data) except *:
 # -- output -----------------------------------------------------------------------
 
 cdef int out(Conn c, const char *s, Py_ssize_t n) except -1:
+    if not c.exact:
+        c.need_all = True
     if vec_grow(<void **>&c.obuf, &c.ocap, c.olen + n, 1) < 0:
         raise MemoryError()
     memcpy(c.obuf + c.olen, s, n)
@@ -180,6 +182,9 @@ cdef extern from "<sys/socket.h>" nogil:
     int MSG_DONTWAIT
     int MSG_NOSIGNAL
 
+cdef extern from "<errno.h>" nogil:
+    int EWOULDBLOCK
+
 
 @cython.auto_pickle(False)
 cdef class SockWriter:
@@ -188,10 +193,11 @@ cdef class SockWriter:
     straight from the connection's output buffer to the socket, in one
     send(2), the system call the transport would make, without a bytes
     object and a trip through the transport's write path. What the socket
-    does not take at once (or a send that fails, which the transport then
-    meets again and reports) goes to the transport, which writes in order
-    from then on, until it has nothing queued. A closing transport gets
-    everything: its descriptor may be closed, and its number reused."""
+    does not take at once goes to the transport, which writes in order
+    from then on, until it has nothing queued. A send that fails for good
+    (EPIPE, ECONNRESET: the peer is gone) hands nothing on: send says so,
+    and the engine runs nothing more for that peer. A closing transport
+    gets everything: its descriptor may be closed, and its number reused."""
 
     cdef int fd
     cdef bint queued                  # the transport may hold unsent bytes
@@ -216,6 +222,7 @@ cdef class SockWriter:
         self.t_writelines(chunks)
 
     cdef int send(self, const char *p, Py_ssize_t n) except -1:
+        # 1 if the peer is gone (the send failed for good), else 0
         cdef ssize_t k
         if self.queued:
             if self.queued_size():
@@ -229,15 +236,25 @@ cdef class SockWriter:
         if k == n:
             return 0
         if k < 0:
-            k = 0           # EAGAIN, or an error the transport's write will meet
+            if errno != EAGAIN and errno != EWOULDBLOCK and errno != EINTR:
+                return 1
+            k = 0
         self.queued = True
         self.t_write(PyBytes_FromStringAndSize(p + k, n - k))
         return 0
 
 
+cdef inline void conn_need(Conn c, uint64_t seq) noexcept:
+    # c's output reveals or confirms the records up to seq
+    if seq > c.wal_need:
+        c.wal_need = seq
+
+
 cdef int flush(Conn c) except -1:
-    # Hand what c has to say to its transport, unless it confirms binlog
-    # records that are not durable yet: then it waits in core.held.
+    # Hand what c has to say to its transport, unless it confirms or
+    # reveals binlog records that are not durable yet: then it waits in
+    # core.held. Records appended since, which it shows nothing of, do not
+    # hold it up (a flush of another tube, say).
     cdef Core core = c.core
     cdef Py_ssize_t n
     cdef SockWriter writer
@@ -245,12 +262,12 @@ cdef int flush(Conn c) except -1:
         out_drop(c)
         lat_lost(c)
         return 0
+    if c.need_all:
+        c.need_all = False
+        conn_need(c, core.wal_seq)
     if c.held:
-        if core.wal_seq > core.durable_seq:
-            c.wal_need = core.wal_seq
         return 0
-    if core.wal_seq > core.durable_seq and (c.olen or c.chunks):
-        c.wal_need = core.wal_seq
+    if c.wal_need > core.durable_seq and (c.olen or c.chunks):
         c.held = True
         core.held.append(c)
         return 0
@@ -268,14 +285,14 @@ cdef int flush(Conn c) except -1:
         c.olen = 0
         if type(c.write) is SockWriter:
             writer = <SockWriter>c.write
-            if core.wal_on:
+            if core.wal_on and c.state != CONN_EOF and not (c.careful and c.parser.buffered()):
                 # with a binlog, replies keep the transport's path, which
                 # sends them at the end of the loop turn, as before: sending
                 # them at once is measured without a binlog only
                 writer.queued = True
                 writer.t_write(PyBytes_FromStringAndSize(c.obuf, n))
-            else:
-                writer.send(c.obuf, n)
+            elif writer.send(c.obuf, n):
+                c.lost = True       # the peer is gone: conn_run quits
         else:
             hook1(core, c.write, PyBytes_FromStringAndSize(c.obuf, n))
     if c.ocap > OBUF_KEEP:
@@ -304,12 +321,15 @@ cdef inline void ask_again(Conn c):
 cdef void update_reading(Conn c):
     # Read while there is room: stop when commands pile up unprocessed
     # (blocked reserve, slow reader, batch left over), resume when they drain.
+    # A kick, flush or list-tube under way reads on, as a blocked reserve
+    # does, so that a hang-up is seen before the commands behind it run.
     cdef Py_ssize_t buffered = c.parser.buffered()
+    cdef bint idle = c.wait != WAIT_NONE or not c.again_pending
     cdef bint want
     if c.reading_paused:
-        want = buffered < READ_LOW and c.writable and not c.again_pending
+        want = buffered < READ_LOW and c.writable and idle
     else:
-        want = buffered < READ_HIGH and c.writable and not c.again_pending
+        want = buffered < READ_HIGH and c.writable and idle
     if want == c.reading_paused:
         c.reading_paused = not want
         hook1(c.core, c.reading_cb, want)
@@ -424,6 +444,7 @@ cdef void waiting_remove(Core core, Conn c) noexcept:
     if c.wait != WAIT_JOB:
         return
     c.wait = WAIT_NONE
+    c.careful = True
     core.waiting_ct -= 1
     c.timeout_at = -1
     for i in range(c.nwatch):

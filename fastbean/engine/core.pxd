@@ -235,6 +235,10 @@ ctypedef struct Tube:
     Py_ssize_t timer_index    # in core.tube_timers, or -1
     int64_t timer_at          # mono ns: next delayed job due or pause end
     Py_ssize_t elig_index     # in core.eligible, or -1
+    # The last binlog record (core.wal_seq numbering) about a job in it, or
+    # one that left it; a new tube starts at core.tube_gone_seq. A reply that
+    # shows the tube waits until that record is durable (conn.pxi flush).
+    uint64_t wal_seq
 
 
 @cython.final
@@ -327,6 +331,8 @@ cdef class Core:
     cdef uint64_t durable_seq         # records binlog.py has made durable (per -f)
     cdef bint commit_asked            # commit_soon() called since the last take_wal()
     cdef list held                    # connections whose replies wait for durability (held.pxi)
+    cdef uint64_t tube_gone_seq       # the highest Tube.wal_seq of a tube that is gone
+    cdef uint64_t drop_seq            # the last delete record: a job looked up by id and not found waits for it
     cdef Py_ssize_t binlog_max_size   # -s, shown in stats even without -b
     cdef int64_t wal_cap              # bytes the current file can hold
     cdef int64_t wal_used             # bytes of it used (written or in wba)
@@ -417,6 +423,11 @@ cdef class Conn:
     cdef ConnState state
     cdef ConnWait wait
     cdef bint lost                    # the transport failed or is gone: output goes nowhere
+    cdef bint closing                 # the peer's stream ended and its transport closes (TLS): no command starts
+    # A wait (reserve, kick, flush, list-tube) just ended: the commands
+    # buffered behind it run one at a time, each once the reply before it is
+    # written, until none is left (run.pxi), as in beanstalkd.
+    cdef bint careful
 
     cdef Tube *use
     cdef Watch *watch
@@ -431,7 +442,14 @@ cdef class Conn:
     cdef bint producer, worker        # has put / reserved (stats count them once)
     cdef bint in_run, dirty
     cdef bint held                    # output waits in core.held until durable_seq >= wal_need
-    cdef uint64_t wal_need            # the records its held output confirms
+    # The records its output confirms or reveals: none goes out before
+    # durable_seq reaches it. A command whose reply shows only some of the
+    # state (cmds.pxi reveal) raises it to the records of what it shows, and
+    # sets exact while it runs; any other output (need_all) waits for every
+    # record appended before it is written.
+    cdef uint64_t wal_need
+    cdef bint exact                   # the command running has its need worked out (cmds.pxi)
+    cdef bint need_all                # output not exact since the last flush
     cdef bint writable                # False while the transport's buffer is over its high mark
     cdef bint reading_paused, again_pending
     cdef bint in_turn                 # in core.turn

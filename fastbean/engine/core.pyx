@@ -10,6 +10,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, INT64_MA
 from libc.stdlib cimport malloc, calloc, free, qsort
 from libc.string cimport memcmp, memcpy, memset, memmove
 from libc.stdio cimport snprintf
+from libc.errno cimport errno, EAGAIN, EINTR
 from posix.resource cimport getrusage, rusage, RUSAGE_SELF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
@@ -340,6 +341,7 @@ cdef class Core:
         if seq > self.durable_seq:
             self.durable_seq = seq
         release_held(self)
+        settle(self)
 
     def set_failed(self, uint64_t seq):
         """Records up to seq will never be known durable (a binlog write or
@@ -439,8 +441,12 @@ cdef class Conn:
         else:
             update_reading(self)
 
-    def got_eof(self):
-        """The peer shut down its sending side."""
+    def got_eof(self, bint closing=False):
+        """The peer shut down its sending side. Its buffered commands run one
+        at a time, each once the reply before it is written, until a write
+        fails. closing: the transport closes now (TLS), so nothing can be
+        written back: the peer is gone, and no command starts (a flush,
+        kick or list-tube under way still ends)."""
         enter(self.core)
         if conn_released(self):
             return
@@ -449,6 +455,7 @@ cdef class Conn:
             # beanstalkd answers a blocked reserve with TIMED_OUT on hang-up
             waiting_remove(self.core, self)
             out_text(self, MSG_TIMED_OUT)
+        self.closing = closing
         conn_run(self.core, self)
         settle(self.core)
 

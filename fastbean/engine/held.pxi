@@ -23,6 +23,8 @@ cdef int release_held(Core core) except -1:
         if c.state == CONN_CLOSING:
             c.state = CONN_CLOSED
             hook0(core, c.close_cb)
+        elif c.lost or c.state == CONN_EOF or c.careful:
+            conn_touched(core, c)       # it quits, or runs its next command (conn_run)
     return 0
 
 

@@ -193,6 +193,7 @@ cdef int job_drop(Core core, Job *j) except -1:
     if core.wal_on and j.wal_file:
         # spends the space reserved at put time; cannot fail for room
         wal_record(core, j, False)
+        core.drop_seq = core.wal_seq
         core.wal_resv -= WAL_SHORT
         wal_disown(core, j)
     job_free(core, j)

@@ -35,17 +35,42 @@ cdef int conn_run(Core core, Conn c) except -1:
         return 0
     c.in_run = True
     try:
-        if c.wait == WAIT_KICK and not conn_released(c):
+        if c.lost and not conn_released(c):
+            c.state = CONN_QUIT             # a write failed: the peer is gone
+        elif c.wait == WAIT_KICK and not conn_released(c):
             kick_more(core, c)
+            c.careful = c.wait == WAIT_NONE
         elif c.wait == WAIT_FLUSH and not conn_released(c):
             flush_more(core, c)
+            c.careful = c.wait == WAIT_NONE
         elif c.wait == WAIT_LIST and not conn_released(c):
             list_more(core, c)
-        while c.wait == WAIT_NONE and not conn_released(c) and c.writable:
+            c.careful = c.wait == WAIT_NONE
+        while c.wait == WAIT_NONE and c.state < CONN_QUIT and c.writable:
+            if ((c.state == CONN_EOF or (c.careful and type(c.write) is SockWriter and c.parser.buffered()))
+                    and (c.closing or c.olen or c.chunks or c.held)):
+                # After the peer's FIN, or behind a wait, a command runs
+                # once the reply before it is written, as in beanstalkd: if
+                # the peer has closed its socket, the first write draws a
+                # reset and the next one fails, and then nothing more runs.
+                # (Behind a wait, only where a failed write is known at once:
+                # a plain socket's SockWriter.) A closing transport (TLS) can
+                # write nothing back: nothing starts, though a flush or kick
+                # under way ends first (above).
+                if c.closing:
+                    c.state = CONN_QUIT
+                    break
+                flush(c)
+                if c.lost:
+                    c.state = CONN_QUIT
+                    break
+                if c.held:
+                    break               # release_held runs it again
             if n >= core.batch_limit or body_bytes >= BODY_BUDGET:
                 ask_again(c)
                 break
             if not c.parser.next(&cmd):
+                c.careful = False
                 if c.state == CONN_EOF:
                     c.state = CONN_QUIT
                 break
@@ -60,6 +85,8 @@ cdef int conn_run(Core core, Conn c) except -1:
     core.served += 1
     c.served = core.served
     flush(c)
+    if c.lost and c.state < CONN_QUIT:
+        c.state = CONN_QUIT
     if c.state == CONN_QUIT:
         conn_release(core, c)
         settle(core)        # its reserved jobs may have gone to waiting connections

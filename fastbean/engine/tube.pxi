@@ -45,6 +45,7 @@ cdef Tube *tube_get(Core core, const char *name, Py_ssize_t n, bint create) exce
     t = <Tube *>calloc(1, sizeof(Tube))
     if t == NULL:
         raise MemoryError()
+    t.wal_seq = core.tube_gone_seq      # an empty tube may show what a gone one's records took away
     if vec_grow(<void **>&core.tubes, &core.captubes, core.ntubes + 1, sizeof(Tube *)) < 0:
         free(t)
         raise MemoryError()
@@ -79,6 +80,8 @@ cdef void tube_decref(Core core, Tube *t):
     if t.refs > 0:
         return
     # Unused and empty: forget it, pause and counters included (reference §3.8).
+    if t.wal_seq > core.tube_gone_seq:
+        core.tube_gone_seq = t.wal_seq
     del core.tube_by_name[<object>t.name]
     last = core.tubes[core.ntubes - 1]
     core.tubes[t.list_index] = last

@@ -85,6 +85,7 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
         wal_put(core, <char *>&rec, sizeof(Jobrec))
     core.wal_written += 1
     core.wal_seq += 1
+    j.tube.wal_seq = core.wal_seq
     return 0
 
 

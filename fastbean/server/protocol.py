@@ -257,10 +257,11 @@ class TlsConnProtocol(ConnProtocol):
     def eof_received(self):
         # The TLS layer closes the connection after the client's close_notify
         # whatever this answers (and warns about a true answer): replies not
-        # written by then are lost, as the client has said it reads no more.
+        # written by then are lost, as the client has said it reads no more:
+        # so the peer is gone, and the engine runs nothing more for it.
         if self._conn is None:
             return False
-        self._conn.got_eof()
+        self._conn.got_eof(True)
         return False
 
     def connection_lost(self, exc):
