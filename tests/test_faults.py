@@ -34,13 +34,14 @@ from tests.faultkit import (
 )
 from tests.faultkit.workload import Lost
 from tests.hanodes import Haproxy, Node, find_primary
-from tests.natscluster import NatsCluster
+from tests.natscluster import NATS_SERVER, NatsCluster, nats_server_version
 
 ROUNDS = max(1, int(os.environ.get("FASTBEAN_FAULT_ROUNDS", "3")))
 
 
 def report(name, work, audit, **extra):
-    print("\n%s: %s%s" % (name, audit, "".join("\n  %s: %s" % kv for kv in extra.items())))
+    print("\n%s (%s): %s%s" % (name, nats_server_version(NATS_SERVER), audit,
+                               "".join("\n  %s: %s" % kv for kv in extra.items())))
     if work.errors:
         print("  unexpected replies: %s" % work.error_kinds())
 
