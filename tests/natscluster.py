@@ -122,6 +122,51 @@ class NatsCluster:
     def by_name(self, name):
         return next(s for s in self.servers if s.name == name)
 
+    def jsz(self, server):
+        """{"meta": meta leader, stream: (its leader, [followers current], last
+        sequence stored)} as `server`'s /jsz shows them, or why it did not answer."""
+        try:
+            jsz = server.monitor("jsz?streams=true&accounts=true", timeout=1.0)
+        except (OSError, ValueError) as e:
+            return "no answer (%s)" % type(e).__name__
+        view = {"meta": (jsz.get("meta_cluster") or {}).get("leader") or None}
+        for a in jsz.get("account_details") or ():
+            for d in a.get("stream_detail") or ():
+                cluster = d.get("cluster") or {}
+                view[d["name"]] = (cluster.get("leader") or None,
+                                   sorted(r["name"] for r in cluster.get("replicas") or () if r.get("current")),
+                                   (d.get("state") or {}).get("last_seq", 0))
+        return view
+
+    def jetstream(self, streams):
+        """JetStream as the servers' monitoring endpoints (/jsz) show it:
+        (settled, what each server said, what is missing). Settled: every
+        server that answers names the same meta leader and, for each of
+        `streams`, the same stream leader; that leader counts itself the
+        leader with at least one follower current (a quorum of the three), and
+        has stored, asked last, at least as far as any replica (nats-server
+        2.9.10 has elected a leader that had not and stored nothing since). A
+        paused server does not answer and is left out."""
+        views = {s.name: self.jsz(s) for s in self.servers if s.running}
+        answered = {n: v for n, v in views.items() if isinstance(v, dict)}
+        metas = {v["meta"] for v in answered.values()}
+        if len(metas) != 1 or None in metas or not metas <= set(answered):
+            return False, views, "one meta leader that every server names (%s)" % sorted(map(str, metas))
+        for name in streams:
+            leaders = {(v.get(name) or (None,))[0] for v in answered.values()}
+            leader = next(iter(leaders))
+            if len(leaders) != 1 or leader not in answered:
+                return False, views, "one leader of %s that every server names (%s)" % (
+                    name, sorted(map(str, leaders)))
+            now = self.jsz(self.by_name(leader))
+            if not isinstance(now, dict) or now.get(name, (None,))[0] != leader or not now[name][1]:
+                return False, views, "%s's leader %s with a current follower (%s)" % (name, leader, now)
+            ahead = {n: v[name][2] for n, v in answered.items() if v[name][2] > now[name][2]}
+            if ahead:
+                return False, views, "%s's leader %s storing as far as its replicas (it is at %d, %s)" % (
+                    name, leader, now[name][2], ", ".join("%s at %d" % kv for kv in ahead.items()))
+        return True, views, ""
+
     def stop(self):
         for s in self.servers:
             s.kill(signal.SIGTERM)
