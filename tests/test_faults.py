@@ -322,6 +322,17 @@ class HA:
                 "/jsz: %s" % (timeout or SETTLE_S, missing, views))
             time.sleep(0.2)
 
+    def wait_moving(self, work, puts, deletes):
+        """After wait_settled: wait until the load moves again (`puts` and
+        `deletes` more), at most SERVE_S. A failure says what JetStream looks
+        like then (a leader may have changed since it settled)."""
+        try:
+            work.wait_for(puts=puts, deletes=deletes, timeout=SERVE_S)
+        except AssertionError as e:
+            ok, views, missing = self.cluster.jetstream(STREAMS)
+            raise AssertionError("%s; JetStream, by /jsz: %s" % (
+                e, "settled %s" % views if ok else "not settled (wanted %s): %s" % (missing, views))) from None
+
     def leader(self, stream):
         """The NATS server that leads `stream` now (waiting for an election to end)."""
         deadline = time.monotonic() + 30
@@ -403,7 +414,7 @@ def test_one_nats_server_lost_changes_nothing(ha, sig):
             # within fastbean's (SERVE_S), a suspension included
             settled.append(round(ha.wait_settled(), 1))
             ha.wait_healthy()           # the server is a member again once it caught up
-            work.wait_for(puts=200, deletes=50, timeout=SERVE_S)
+            ha.wait_moving(work, puts=200, deletes=50)
     finally:
         for s in ha.cluster.servers:
             if s.running:
@@ -514,7 +525,7 @@ def test_one_nats_server_lost_right_after_a_quorum_loss(ha):
             lose_quorum(ha, hold=8.0)
             ha.wait_settled()
             ha.wait_healthy()
-            work.wait_for(puts=200, deletes=50, timeout=SERVE_S)     # a primary serves again
+            ha.wait_moving(work, puts=200, deletes=50)     # a primary serves again
             before = (takeovers_logged(ha.nodes), len(work.disconnects), len(work.errors))
             victim = ha.leader("fastbean")
             work.mark("SIGSTOP %s" % victim.name)
@@ -523,7 +534,7 @@ def test_one_nats_server_lost_right_after_a_quorum_loss(ha):
             os.kill(victim.proc.pid, signal.SIGCONT)
             ha.wait_settled()
             ha.wait_healthy()
-            work.wait_for(puts=200, deletes=50, timeout=SERVE_S)
+            ha.wait_moving(work, puts=200, deletes=50)
             now = (takeovers_logged(ha.nodes), len(work.disconnects), len(work.errors))
             after.append(tuple(b - a for a, b in zip(before, now)))
     finally:
