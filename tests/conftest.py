@@ -10,6 +10,14 @@ from tests.servers import KINDS, Server
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def pytest_report_header(config):
+    """Which nats-server the replication tests run (tests/natscluster.py)."""
+    from tests.natscluster import NATS_SERVER, nats_server_version
+    if not os.path.exists(NATS_SERVER):
+        return "nats-server: none (%s missing; the replication tests skip)" % NATS_SERVER
+    return "%s (%s; FASTBEAN_NATS_SERVER=debian for Debian's)" % (nats_server_version(NATS_SERVER), NATS_SERVER)
+
+
 @pytest.fixture(scope="session")
 def sdist(tmp_path_factory):
     """The sdist of a copy of this tree, built once a run (test_sdist.py,

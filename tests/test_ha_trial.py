@@ -20,13 +20,14 @@ TRIAL = os.path.join(ROOT, "tools", "ha_trial.py")
 
 def test_trial_survives_a_killed_primary(tmp_path):
     p = subprocess.run([sys.executable, TRIAL, "--check", "--free-ports", "--lease-ttl", "2",
-                        "--dir", str(tmp_path)], capture_output=True, text=True, timeout=240)
+                        "--nats-server", NATS_SERVER, "--dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"check: node-\w took over with job \d+: ok", p.stdout), p.stdout
 
 
 def test_trial_names_the_primary_and_ctrl_c_stops_everything(tmp_path):
-    p = subprocess.Popen([sys.executable, TRIAL, "--free-ports", "--dir", str(tmp_path)],
+    p = subprocess.Popen([sys.executable, TRIAL, "--free-ports", "--nats-server", NATS_SERVER, "--dir", str(tmp_path)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     try:
@@ -39,7 +40,7 @@ def test_trial_names_the_primary_and_ctrl_c_stops_everything(tmp_path):
         roles = re.findall(r"(node-\w)\s+pid (\d+)\s+beanstalk 127\.0\.0\.1:\d+ .* (\S+)\n", out)
         assert len(roles) == 3 and [r[2] for r in roles].count("primary") == 1, out
         pids = [int(r[1]) for r in roles]
-        assert "NATS cluster: nats://127.0.0.1:" in out
+        assert "NATS cluster: nats://127.0.0.1:" in out and "nats-server: v" in out, out
     finally:
         p.send_signal(signal.SIGINT)
         assert p.wait(60) == 0, p.stderr.read()

@@ -16,11 +16,11 @@ import urllib.request
 import pytest
 
 from fastbean.errors import CONFIG_EXITS
+from tests.natscluster import NATS_SERVER
 from tests.servers import BEANSTALKD, fastbean_cmd, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
-NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 # root passes every permission check: take that away (and the right to bind
 # ports below 1024), as for the unprivileged user a service runs as
 UNPRIVILEGED = (["setpriv", "--bounding-set=-dac_override,-dac_read_search,-net_bind_service",

