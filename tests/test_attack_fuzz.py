@@ -29,7 +29,6 @@ pytestmark = pytest.mark.timeout(300 * FUZZ)
 
 STREAMS_PER_EXAMPLE = 25
 FUZZ_STREAMS = 50000 * FUZZ
-EXAMPLES = FUZZ_STREAMS // STREAMS_PER_EXAMPLE
 MAX_JOB = 64
 IDS = [b"1", b"2", b"3", b"5", b"8", b"12", b"0", b"18446744073709551615", b"18446744073709551616"]
 TUBES = [b"a", b"b", b"default", b"c.d", b"secret", b"-x", b"a" * 201, b"(q)"]
@@ -142,7 +141,12 @@ def pieces(rnd, data):
     return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
 
 
-seeds = st.integers(0, 2**63)
+def generated(streams):
+    """A test of `streams` generated streams: STREAMS_PER_EXAMPLE to each
+    hypothesis example, made from its seed."""
+    return lambda test: settings(max_examples=streams // STREAMS_PER_EXAMPLE, deadline=None,
+                                 suppress_health_check=list(HealthCheck))(
+        given(seed=st.integers(0, 2**63))(test))
 
 
 # -- the parser ---------------------------------------------------------------------------
@@ -151,8 +155,7 @@ def accept(n):
     return n <= MAX_JOB
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=seeds)
+@generated(FUZZ_STREAMS)
 def test_the_parser_reads_generated_streams_as_beanstalkd(seed):
     rnd = random.Random(seed)
     for _ in range(STREAMS_PER_EXAMPLE):
@@ -237,6 +240,11 @@ class Session:
             self.reader(data)
         self.settle()
 
+    def send_all(self, split):
+        for piece in split:
+            self.send(piece)
+        return self
+
     def settle(self):
         while self.again or self.loop.ready:
             if self.again:
@@ -282,21 +290,14 @@ def engine():
     return core, setup
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=seeds)
+@generated(FUZZ_STREAMS)
 def test_a_filter_that_allows_everything_sent_answers_as_the_engine(seed):
     rnd = random.Random(seed)
     for _ in range(STREAMS_PER_EXAMPLE):
         data = NOT_ADMIN.stream(rnd)
         split = pieces(rnd, data)
-        core, _ = engine()
-        straight = Session(core)
-        for piece in split:
-            straight.send(piece)
-        core2, _ = engine()
-        filtered = Session(core2, "producer worker monitor")
-        for piece in split:
-            filtered.send(piece)
+        straight = Session(engine()[0]).send_all(split)
+        filtered = Session(engine()[0], "producer worker monitor").send_all(split)
         assert timeless(filtered.take()) == timeless(straight.take()), data
 
 
@@ -321,8 +322,7 @@ def holdings(core):
     return seen
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=seeds)
+@generated(FUZZ_STREAMS)
 def test_a_narrow_filter_leaves_every_other_tube_as_it_was(seed):
     # every command, an admin's too, from a client whose roles reach tube a
     # alone (and b to look at): nothing else changes, whatever it sends
@@ -331,9 +331,7 @@ def test_a_narrow_filter_leaves_every_other_tube_as_it_was(seed):
         data = EVERYTHING.stream(rnd)
         core, _ = engine()
         before = holdings(core)
-        narrow = Session(core, NARROW)
-        for piece in pieces(rnd, data):
-            narrow.send(piece)
+        narrow = Session(core, NARROW).send_all(pieces(rnd, data))
         narrow.conn.gone()          # as if it hung up: what it reserved goes back
         assert holdings(core) == before, data
 
@@ -371,9 +369,7 @@ def strict_pair():
     strict.stop()
 
 
-@settings(max_examples=WIRE_STREAMS // STREAMS_PER_EXAMPLE, deadline=None,
-          suppress_health_check=list(HealthCheck))
-@given(seed=seeds)
+@generated(WIRE_STREAMS)
 def test_strict_answers_generated_streams_as_beanstalkd(strict_pair, seed):
     # one stream after another on each server, so that both hold the same jobs
     reference, strict = strict_pair

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from fastbean.client import NotFound
 from fastbean.engine.parser import Parser
 from fastbean.server.rolefilter import malformed_line
 from fastbean.server.roles import parse_roles
@@ -215,26 +216,23 @@ ON_WATCHED = (b"reserve-with-timeout 0", b"reserve-batch 10 0")
 ON_SERVER = (b"stats", b"list-tubes", b"fastbean-stats")
 
 
+TUBE_FIELDS = ("current-jobs-ready", "current-jobs-reserved", "current-jobs-buried",
+               "current-jobs-delayed", "total-jobs", "pause")
+
+
 def snapshot(server, jobs, tubes):
-    """What the server holds of jobs and tubes, as an admin sees it."""
+    """What the server holds of jobs and tubes, as an admin sees it (a
+    NotFound where it holds none)."""
     with admin(server) as c:
+        looks = [(job, c.stats_job, lambda stats: {k: v for k, v in stats.items()
+                                                   if k not in ("age", "time-left")}) for job in jobs]
+        looks += [(tube, c.stats_tube, lambda stats: {k: stats[k] for k in TUBE_FIELDS}) for tube in tubes]
         held = {}
-        for job in jobs:
+        for key, ask_stats, kept in looks:
             try:
-                stats = c.stats_job(job)
-            except Exception as e:
-                held[job] = type(e).__name__
-            else:
-                held[job] = {k: v for k, v in stats.items() if k not in ("age", "time-left")}
-        for tube in tubes:
-            try:
-                stats = c.stats_tube(tube)
-            except Exception as e:
-                held[tube] = type(e).__name__
-            else:
-                held[tube] = {k: stats[k] for k in ("current-jobs-ready", "current-jobs-reserved",
-                                                    "current-jobs-buried", "current-jobs-delayed",
-                                                    "total-jobs", "pause")}
+                held[key] = kept(ask_stats(key))
+            except NotFound:
+                held[key] = "NotFound"
         return held
 
 
