@@ -6,6 +6,7 @@ lines of every command; tube names with glob characters; pipelines that mix
 processes, real TLS sockets; each check ends with what the server holds."""
 import hashlib
 import socket
+import ssl
 import time
 
 import pytest
@@ -15,7 +16,8 @@ from fastbean.engine.parser import Parser
 from fastbean.server.rolefilter import malformed_line
 from fastbean.server.roles import parse_roles
 from tests.certs import Pki
-from tests.servers import HOST, client
+from tests.servers import HOST, client, free_port
+from tests.test_metrics import get, samples
 from tests.test_tls import ask, client_context, tls_connect, tls_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -431,3 +433,64 @@ def test_guessing_from_many_source_addresses(node):
         assert ask(t, b"list-tube-used\r\n") == b"USING default\r\n"
     for source in sources:
         assert "%s failed to authenticate 5 times" % source in node.log
+
+
+# -- handshakes that never end ---------------------------------------------------------------
+
+def client_hello(ctx):
+    """The bytes of a ClientHello, as ctx would send it."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_slow_and_half_open_handshakes_are_closed_at_their_deadline(tmp_path):
+    # a ClientHello begun and left, one dribbled a few bytes at a time (its
+    # deadline runs from the accept, not from the last byte), one sent then
+    # half-closed, and a connect half-closed at once: each is closed, while
+    # a client that does its handshake is served
+    (tmp_path / "pki").mkdir()
+    pki = Pki(str(tmp_path / "pki"))
+    mport = free_port()
+    s = tls_server(pki.server, "--auth-tokens", write_tokens(tmp_path / "tokens"),
+                   "--tls-handshake-timeout", "2", "--metrics", str(mport))
+    s.ctx = client_context(pki.ca.cert)
+    hello = client_hello(s.ctx)
+    socks = [socket.create_connection((HOST, s.tls_port), timeout=20) for _ in range(4)]
+    try:
+        begun, dribbled, half_closed, fin_only = socks
+        begun.sendall(hello[:20])
+        half_closed.sendall(hello)
+        half_closed.shutdown(socket.SHUT_WR)
+        fin_only.shutdown(socket.SHUT_WR)
+        start = time.monotonic()
+        sent = 0
+        while time.monotonic() - start < 4 and sent < len(hello) - 1:
+            try:
+                dribbled.sendall(hello[sent:sent + 3])
+            except OSError:
+                break
+            sent += 3
+            with login(s, "w1") as t:           # served meanwhile
+                assert ask(t, b"list-tube-used\r\n") == b"USING default\r\n"
+            time.sleep(0.2)
+        for sock in socks:
+            data = b""
+            try:
+                chunk = sock.recv(65536)
+                while chunk:
+                    data += chunk
+                    chunk = sock.recv(65536)
+            except ConnectionResetError:
+                pass
+            assert b"AUTHENTICATED" not in data
+        # all four gone, by their deadline: none counts any more
+        wait_until(lambda: samples(get(mport, "/metrics")[2])[0]["fastbean_connections_unauthenticated"] == 0,
+                   "the connections not yet in to go")
+    finally:
+        for sock in socks:
+            sock.close()
+        s.stop()
+    assert "Traceback" not in s.log
