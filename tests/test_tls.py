@@ -505,7 +505,13 @@ def wait_for_log(server, text, count, timeout=10.0):
 
 
 def test_without_tls_sighup_ends_the_server_as_it_ends_beanstalkd():
-    s = Server("fastbean").start()
+    # under nohup the suite ignores SIGHUP, and a child would inherit that:
+    # the server starts with SIGHUP's default action, as from a shell
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        s = Server("fastbean").start()
+    finally:
+        signal.signal(signal.SIGHUP, ignored)
     s.signal(signal.SIGHUP)
     assert s.wait(10) == -signal.SIGHUP
 
