@@ -161,7 +161,7 @@ class RoleFilter:
                     conn.feed(b"".join(forward))
                     forward = []
                 if not conn.caught_up:
-                    self._held = collections.deque(items[i:])
+                    self._held = items[i:]
                     self._held_bytes = 0
                     return
             line = self._judge(item)
@@ -181,7 +181,7 @@ class RoleFilter:
         if self._reading_held:
             self._reading_held = False
             self._hold_reading(False)
-        self._run(list(items))
+        self._run(items)
 
     def _fits(self, nbytes):
         return nbytes <= self._max_job_size
