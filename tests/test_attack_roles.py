@@ -4,7 +4,6 @@ the jobs move (release, TTR timeout, retry limit, flush, kick); malformed
 lines of every command; tube names with glob characters; pipelines that mix
 `auth` and commands; auth guessed from many source addresses. Real server
 processes, real TLS sockets; each check ends with what the server holds."""
-import hashlib
 import socket
 import ssl
 import time
@@ -18,6 +17,7 @@ from fastbean.server.roles import parse_roles
 from tests.certs import Pki
 from tests.servers import HOST, client, free_port
 from tests.test_metrics import get, samples
+from tests.test_roles import write_tokens as roles_tokens_file
 from tests.test_tls import ask, client_context, tls_connect, tls_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,9 +35,7 @@ ROLE_NAMES = ("w1", "mon", "prod", "glob", "all")
 
 
 def write_tokens(path):
-    path.write_text("".join("%s %s %s\n" % (name, hashlib.sha256(token.encode()).hexdigest(), roles)
-                            for name, (token, roles) in TOKENS.items()))
-    return str(path)
+    return roles_tokens_file(path, TOKENS)
 
 
 @pytest.fixture(scope="module")
