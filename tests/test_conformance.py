@@ -385,10 +385,7 @@ def _state_after_hang_up(kind, how, tail, log=False):
                 after += chunk
             s.close()
         with srv.client() as c:
-            deadline = time.monotonic() + 10
-            while c.stats()["current-connections"] != 1:
-                assert time.monotonic() < deadline, "the hung-up connection stays"
-                time.sleep(0.01)
+            wait_for_the_hang_up(c)
             shown = []
             for line in (b"list-tubes", b"stats", b"stats-tube default", b"stats-tube zz", b"peek-ready"):
                 c.send(line + b"\r\n")
@@ -400,6 +397,14 @@ def _state_after_hang_up(kind, how, tail, log=False):
         return normalize(after), shown
     finally:
         srv.stop()
+
+
+def wait_for_the_hang_up(c):
+    """Until c, the server's only other client, is alone there."""
+    deadline = time.monotonic() + 10
+    while c.stats()["current-connections"] != 1:
+        assert time.monotonic() < deadline, "the hung-up connection stays"
+        time.sleep(0.01)
 
 
 def _state_after_kick_and_hang_up(kind, how):
@@ -433,10 +438,7 @@ def _state_after_kick_and_hang_up(kind, how):
                 after += chunk
             s.close()
         with srv.client() as c:
-            deadline = time.monotonic() + 10
-            while c.stats()["current-connections"] != 1:
-                assert time.monotonic() < deadline, "the hung-up connection stays"
-                time.sleep(0.01)
+            wait_for_the_hang_up(c)
             st = c.stats()
             shown = (st["current-jobs-ready"], st["current-jobs-delayed"], st["total-jobs"],
                      c.cmd(b"stats-tube zz"))

@@ -6,7 +6,6 @@ import hashlib
 import re
 import signal
 import socket
-import ssl
 import time
 
 import pytest
@@ -22,7 +21,16 @@ from fastbean.server.roles import ALLOW, DENY, HIDE, parse_roles
 from fastbean.server.tokens import TokenAuth
 from tests.certs import Pki
 from tests.servers import FUZZ, HOST, EngineClient, Server, client, wait_listening
-from tests.test_tls import ask, client_context, current_connections, start_fails, tls_connect, tls_server, wait_for_log
+from tests.test_tls import (
+    ask,
+    client_context,
+    current_connections,
+    hang_up,
+    start_fails,
+    tls_connect,
+    tls_server,
+    wait_for_log,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -572,12 +580,7 @@ def test_commands_behind_a_blocked_reserve_do_not_run_after_the_client_goes(guar
     talk(t, b"watch in\r\nignore default\r\nreserve\r\nuse out\r\nput 0 0 60 1\r\nx\r\n",
          b"WATCHING 2\r\nWATCHING 1\r\n")
     conns = current_connections(guarded)
-    if how == "close-notify":
-        try:
-            t.unwrap()
-        except (OSError, ssl.SSLError):
-            pass
-    t.close()
+    hang_up(t, how)
     deadline = time.monotonic() + 10
     while current_connections(guarded) != conns - 1:
         assert time.monotonic() < deadline

@@ -59,6 +59,17 @@ def tls_connect(port, ctx, host="localhost"):
         raise
 
 
+def hang_up(t, how):
+    """Close a TLS client: with its close_notify first ("close-notify"), or
+    with a bare FIN."""
+    if how == "close-notify":
+        try:
+            t.unwrap()
+        except (OSError, ssl.SSLError):
+            pass
+    t.close()
+
+
 def ask(sock, data, end=b"\r\n"):
     """Send data; the reply, read until it ends with end."""
     sock.sendall(data)
@@ -581,12 +592,7 @@ def test_commands_behind_a_blocked_reserve_do_not_run_after_the_client_goes(pki,
         t = tls_connect(s.tls_port, client_context(pki.ca.cert))
         assert ask(t, b"watch emptyq\r\nignore default\r\nreserve\r\nuse zz\r\nput 0 0 60 1\r\nx\r\n") == \
             b"WATCHING 2\r\nWATCHING 1\r\n"
-        if how == "close-notify":
-            try:
-                t.unwrap()
-            except (OSError, ssl.SSLError):
-                pass
-        t.close()
+        hang_up(t, how)
         deadline = time.monotonic() + 10
         while current_connections(s) != 1:
             assert time.monotonic() < deadline
