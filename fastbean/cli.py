@@ -89,6 +89,9 @@ fastbean's own options:
                          client sends a token whose SHA-256 is in FILE (lines NAME SHA256
                          [ROLE[:TUBE-GLOB,...] ...], roles producer, worker, monitor, admin;
                          no roles: admin; reloaded on SIGHUP; see docs/tls.md)
+ --auth-by-certificate   a client certificate (verified against --tls-ca) whose subject
+                         CN or DNS or email subjectAltName is a NAME of --auth-tokens is
+                         in as that line, roles included, without `auth`
  --auth-timeout SECONDS  close a connection to a TLS listener with --auth-tokens whose
                          token is not accepted SECONDS after its handshake (default: %(auth_timeout)g)
  --max-unauthenticated-per-address N
@@ -342,7 +345,8 @@ def parse_args(argv, warn=_warn):
                     raise Usage("--%s takes no value" % name)
                 sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
                 return None
-            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth"):
+            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth",
+                        "auth-by-certificate"):
                 if eq:
                     raise Usage("--%s takes no value" % name)
                 opts[name.replace("-", "_")] = True
@@ -430,6 +434,9 @@ def parse_args(argv, warn=_warn):
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
     if "auth_timeout" in opts and "auth_tokens" not in opts:
         raise Usage("--auth-timeout needs --auth-tokens")
+    if opts.get("auth_by_certificate") and ("auth_tokens" not in opts or "tls_ca" not in opts):
+        raise Usage("--auth-by-certificate needs --auth-tokens and --tls-ca (the CA that vouches "
+                    "for the certificates' names)")
     # Listeners named by flags of fastbean's own replace the default one;
     # -l or -p asks for it again.
     named = opts.get("listen") or opts.get("tls_listen")

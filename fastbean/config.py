@@ -69,6 +69,7 @@ class Config:
     tls_key: Optional[str] = None         # --tls-key: PEM private key; None = in the --tls-cert file
     tls_ca: Optional[str] = None          # --tls-ca: clients need a certificate it signed
     auth_tokens: Optional[str] = None     # --auth-tokens: TLS listeners want `auth <token>` first
+    auth_by_certificate: bool = False     # --auth-by-certificate: a client certificate may name a token's line
     max_job_size: int = DEFAULT_MAX_JOB_SIZE   # -z, bytes of body
     user: Optional[str] = None            # -u: drop privileges to this user after binding
     verbosity: int = 0                    # -V, repeatable
