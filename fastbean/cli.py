@@ -31,7 +31,7 @@ from fastbean.config import (
     UNIX,
     Config,
 )
-from fastbean.errors import EXIT_CONFIG, ConfigError
+from fastbean.errors import EXIT_CONFIG, BinlogError, ConfigError
 from fastbean.logs import event
 
 USAGE = """\
@@ -146,7 +146,9 @@ SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class Usage(ConfigError):
-    """A usage error: print the message and the usage text, exit 5 (as beanstalkd does)."""
+    """A usage error: the mistake in one line (as beanstalkd words it), exit 5
+    (as beanstalkd does). beanstalkd follows it with its usage text, which
+    for fastbean's 80 lines pushed the mistake off the terminal."""
 
 
 class BadValue(ConfigError):
@@ -486,7 +488,7 @@ def main(argv=None):
     try:
         config = parse_args(sys.argv[1:] if argv is None else argv, warnings.append)
     except Usage as e:
-        sys.stderr.write("fastbean: %s\n%s" % (e, USAGE))
+        sys.stderr.write("fastbean: %s\n" % e)
         return e.status
     except ConfigError as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
@@ -518,6 +520,9 @@ def main(argv=None):
         if config.auth_tokens is not None:
             from fastbean.server.tokens import TokenAuth
             auth = TokenAuth(config.auth_tokens)
+        if config.binlog_dir is not None:
+            from fastbean.binlog.files import Directory
+            Directory(config.binlog_dir).check()
         listeners = sockets.open_listeners(config)
         if certificates is None and any(tls for _, tls in listeners):
             raise ConfigError("an inherited socket is named \"%s\": it needs --tls-cert (and "
@@ -539,7 +544,7 @@ def main(argv=None):
         preload(config)
         if config.user:
             sockets.drop_privileges(config.user)
-    except ConfigError as e:
+    except (ConfigError, BinlogError) as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
     return run(config, listeners, metrics_sock, certificates, auth)
