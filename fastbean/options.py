@@ -416,9 +416,9 @@ def usage_text(options=OPTIONS):
                 head = ""
             out.append(head.ljust(column - 1) + " " + lines[0])
             out += [" " * column + line for line in lines[1:]]
-    out += ["", "Documentation: docs/ in fastbean's source distribution (on PyPI, or the git tree),",
-            "starting at docs/index.md; every flag and exit status: docs/configuration.md;",
-            "man fastbean where the package's man pages are installed.", ""]
+    out += ["", "Documentation: man fastbean (installed with the package), and docs/ in fastbean's",
+            "source tree or sdist, starting at docs/index.md; every flag and exit status:",
+            "docs/configuration.md.", ""]
     return "\n".join(out)
 
 
