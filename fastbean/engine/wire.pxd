@@ -111,7 +111,8 @@ ctypedef struct Cmd:
     uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
     bint garbage              # put: bytes after the size field (name/name_len: those bytes)
-    const char *name          # tube name (delete-batch: its ids; move-job: the new tube), borrowed until the next Parser call
+    # tube name (delete-batch: its ids; move-job: the new tube), borrowed until the next Parser call
+    const char *name
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
 
