@@ -164,6 +164,29 @@ def test_a_keyed_job_takes_its_key_unless_the_tube_has_it(fastbean_server):
         assert c.put_unique(b"v", "k")[1] is None
 
 
+def test_a_moved_key_cools_down_in_its_new_tube(tmp_path):
+    s = fastbean(tmp_path, "-f", "0")
+    try:
+        with s.client() as c:
+            c.use("a")
+            jid, _ = c.put_unique(b"x", "k", cooldown=600)
+            c.move_job(jid, "b" * 200)                  # its cooldown's records grow with the name
+            c.delete(jid)
+            c.use("b" * 200)
+            assert c.cmd(b"put 0 0 60 1 idp:k\r\ny") == b"INSERTED %d DELETED" % jid
+            c.use("a")
+            assert c.put_unique(b"y", "k")[1] is None
+    finally:
+        s.stop()
+    s = fastbean(tmp_path)
+    try:
+        with s.client() as c:
+            c.use("b" * 200)
+            assert c.cmd(b"put 0 0 60 1 idp:k\r\ny") == b"INSERTED %d DELETED" % jid
+    finally:
+        s.stop()
+
+
 def test_strict_answers_unknown_command():
     s = Server("fastbean", "--strict").start()
     try:
