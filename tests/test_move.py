@@ -5,6 +5,7 @@ order after a new priority, --strict, kill -9 with -f 0, and beanstalkd 1.12
 reading the binlog."""
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -332,3 +333,42 @@ def test_beanstalkd_reads_moves_and_priorities(tmp_path):
         assert b.log.strip() == "", b.log           # no warning about any record
     finally:
         b.kill()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    d = tmp_path / "disk"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)], capture_output=True)
+    if r.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail("cannot mount a small tmpfs: %s" % r.stderr.decode())
+        pytest.skip("mounting a tmpfs needs root")
+    yield d
+    subprocess.run(["umount", "-l", str(d)])
+
+
+def test_a_full_disk_refuses_a_move_and_changes_nothing(small_disk):
+    s = Server("fastbean", "-b", str(small_disk), "-s", "32768", "-f", "0").start()
+    try:
+        with s.client() as c:
+            c.use("a")
+            ids = []
+            while True:
+                r = c.cmd(b"put 0 0 60 1000\r\n" + b"x" * 1000)
+                if r == b"OUT_OF_MEMORY":
+                    break
+                ids.append(int(r.split()[1]))
+            assert c.cmd(b"move-job %d b" % ids[0]) == b"OUT_OF_MEMORY"
+            job = c.stats_job(ids[0])
+            assert (job["tube"], job["state"]) == ("a", "ready")
+            assert "b" not in c.list_tubes()
+            for jid in ids[1:]:
+                c.delete(jid)
+            assert c.cmd(b"move-job %d b" % ids[0]) == b"MOVED"
+        s.stop()
+        s = Server("fastbean", "-b", str(small_disk), "-s", "32768").start()
+        with s.client() as c:
+            assert c.stats_job(ids[0])["tube"] == "b"
+    finally:
+        s.stop()
