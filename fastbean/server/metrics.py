@@ -8,7 +8,14 @@ import os
 import platform
 
 from fastbean import __version__
-from fastbean.engine.core import TUBE_KEYS, TUBE_SUMMED, latency_histograms, stats_text, tube_rows
+from fastbean.engine.core import (
+    JOB_OVERHEAD_BYTES,
+    TUBE_KEYS,
+    TUBE_SUMMED,
+    latency_histograms,
+    stats_text,
+    tube_rows,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # `*` cannot appear in a tube name, so this label value never names a real tube.
@@ -140,7 +147,7 @@ def exposition(server):
     ready, _ = server.readiness()
     _metric(out, "fastbean_ready", "gauge", "1 when /readyz answers 200.", [("", int(ready))])
     _metric(out, "fastbean_memory_used_bytes", "gauge",
-            "Memory held by jobs, as --max-memory counts it (body + 208 bytes per job).",
+            "Memory held by jobs, as --max-memory counts it (body + %d bytes per job)." % JOB_OVERHEAD_BYTES,
             [("", core.mem_used)])
     _metric(out, "fastbean_memory_max_bytes", "gauge", "The --max-memory cap; 0 when there is none.",
             [("", core.max_memory)])
