@@ -19,6 +19,9 @@ from tests.conftest import ROOT
 WORKFLOWS = sorted(glob.glob(os.path.join(ROOT, ".github", "workflows", "*.yml")))
 RELEASE = os.path.join(ROOT, ".github", "workflows", "release.yml")
 
+# an unpacked sdist has neither .git nor .github (MANIFEST.in)
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")), reason="not a git checkout")
+
 
 def tool(name):
     """A console script of the dev extra, beside this Python's."""
