@@ -349,7 +349,7 @@ def part_of(path):
 
 def target_part(module):
     """The part an imported fastbean module belongs to (None: not fastbean)."""
-    if module == "fastbean":
+    if module in ("fastbean", "fastbean._version"):     # _version.py: written by setuptools-scm
         return "version"
     if not module.startswith("fastbean."):
         return None
