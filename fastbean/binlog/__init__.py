@@ -345,7 +345,11 @@ class Binlog:
         f.close()
         self.fileset.cur = None
 
-    # -- health and metrics -------------------------------------------------------
+    # -- health and metrics (the DiskLog, fastbean.wal) -------------------------------
+
+    @property
+    def disk(self):
+        return self
 
     @property
     def files(self):

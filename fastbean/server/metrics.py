@@ -213,7 +213,7 @@ def exposition(server):
                "family (a reserve's wait for a job is not counted).",
                bounds, [('family="%s"' % name, counts, total) for name, counts, total in families])
 
-    binlog = server.binlog
+    binlog = server.disk
     if binlog is not None:
         _metric(out, "fastbean_binlog_disk_bytes", "gauge",
                 "Bytes of binlog files on disk (the current file as preallocated).",

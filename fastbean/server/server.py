@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+from typing import Any, Optional, Type
 
 from fastbean import __version__
 from fastbean.binlog import Binlog
@@ -35,6 +36,7 @@ from fastbean.server.protocol import (
 )
 from fastbean.server.recovery import Recovery
 from fastbean.server.systemd import Notifier
+from fastbean.wal import Sink
 
 
 def new_event_loop():
@@ -62,20 +64,22 @@ class Server:
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, config.busy_poll_us, self.end_turn)
-        # Where the engine's records go (a fastbean.wal.Sink): the binlog, or
-        # the replication stream, which mirrors them into the binlog
-        # directory with -b (server.binlog is then that mirror).
-        self.binlog = self.replicator = self._wal = None
+        # Where the engine's records go, the one log (a fastbean.wal.Sink):
+        # the local binlog (self.binlog), or the replication stream, which
+        # mirrors them into the binlog directory with -b. The log is given
+        # what it may do to the server (a fastbean.wal.Host), this object.
+        self.log: Optional[Sink] = None
+        self.binlog: Optional[Binlog] = None
+        self.replicator: Optional[Any] = None      # a fastbean.replication.Replicator
         self.recovery = Recovery(self)
         if config.replicate:
             from fastbean.replication import Replicator  # imports nats: only when replicating
             self.replicator = Replicator(self, config)
-            self._wal = self.replicator.log
-            self.binlog = self.replicator.log.mirror
+            self.log = self.replicator.log
         elif config.binlog_dir is not None:
-            self.binlog = self._wal = Binlog(loop, config.binlog_dir, config.binlog_size,
-                                             fsync=config.fsync, fsync_ms=config.fsync_ms,
-                                             on_failure=self.recovery.binlog_failed)
+            self.log = self.binlog = Binlog(loop, config.binlog_dir, config.binlog_size,
+                                            fsync=config.fsync, fsync_ms=config.fsync_ms,
+                                            on_failure=self.recovery.binlog_failed)
         self.connections = Connections(config.max_connections, config.max_unauthenticated_per_address)
         self._new_core()
         # A replicated node serves clients only while it is the primary.
@@ -87,7 +91,7 @@ class Server:
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
         self._stopping = False
         self._drained = None        # while draining: no job reserved at the last look
-        self._stopped = None        # set when a shutdown has finished
+        self._stopped: Optional[asyncio.Future] = None     # set when a shutdown has finished
         self._exit_status = 0
         self._periodic = []         # timer handles of _check and _watchdog
 
@@ -98,7 +102,6 @@ class Server:
         else:
             end_turn_soon = functools.partial(self.loop.call_soon, self.end_turn)
             on_wake = None
-        logged = config.binlog_dir is not None or bool(config.replicate)
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
@@ -108,14 +111,14 @@ class Server:
             end_turn_soon=end_turn_soon,
             on_wake=on_wake,
             ext_stats=self._ext_stats,
-            commit_soon=self._commit_soon if logged else None,
-            next_file=self._next_file if logged else None,
+            commit_soon=self.log.schedule if self.log is not None else None,
+            next_file=self.log.next_file if self.log is not None else None,
             testing=config.testing,
             strict=config.strict,
             retry_limit=config.retry_limit,
             dead_letter_tube=config.dead_letter_tube.encode() if config.dead_letter_tube else None,
             drop_others=self.connections.drop_others if config.testing else None,
-            lease_over=self._lease_over if config.replicate else None,
+            lease_over=self.replicator.lease_over if self.replicator is not None else None,
         )
         if self.busy_poll is not None:
             self.busy_poll.attach(self.core)
@@ -129,15 +132,6 @@ class Server:
         if self.replicator is not None:
             lines += self.replicator.stats()
         return lines
-
-    def _commit_soon(self):
-        self._wal.schedule()
-
-    def _next_file(self, need, replace):
-        return self._wal.next_file(need, replace)
-
-    def _lease_over(self):
-        self.replicator.lease_over()
 
     # -- serving, and not ----------------------------------------------------------
 
@@ -185,8 +179,8 @@ class Server:
 
     def end_turn(self):
         self.core.end_turn()
-        if self._wal is not None:
-            self._wal.end_of_turn()
+        if self.log is not None:
+            self.log.end_of_turn()
 
     def _arm(self, delay):
         if self._timer is not None:
@@ -207,6 +201,11 @@ class Server:
 
     # -- lifecycle -------------------------------------------------------------
 
+    @property
+    def disk(self):
+        """The binlog directory's state (a fastbean.wal.DiskLog), or None without -b."""
+        return self.log.disk if self.log is not None else None
+
     def readiness(self):
         """(ready, why): what /readyz answers, and what a load balancer's check
         should see. A replicated node is ready only while it is the primary."""
@@ -225,7 +224,7 @@ class Server:
             if reserved:
                 return False, "draining: %s reserved" % counted(reserved, "job")
             return False, "drained: no job reserved"
-        if self.binlog is not None and self.binlog.failing:
+        if self.disk is not None and self.disk.failing:
             return False, "binlog failing"
         return True, "ready"
 
@@ -234,6 +233,7 @@ class Server:
         # protocol is the same with TLS configured or not. A TLS listener
         # accepts plain connections and its protocol runs the handshake
         # (start_tls), so that a connection counts from its accept.
+        cls: Type[ConnProtocol]
         if tls and self.auth is not None:
             cls = TracingAuthConnProtocol if self.verbosity >= 2 else AuthConnProtocol
         elif tls:
@@ -394,9 +394,10 @@ class Server:
                   + " still open at exit", connections=len(self.connections))
         if self.endpoint is not None:       # /readyz said "stopping" until now
             self.endpoint.close()
-        if self.binlog is not None:
-            self.binlog.close()
-        self._stopped.set_result(self._exit_status)
+        if self.log is not None:
+            self.log.close()
+        if self._stopped is not None:
+            self._stopped.set_result(self._exit_status)
 
 
 def preload(config):
