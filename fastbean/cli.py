@@ -15,6 +15,7 @@ from fastbean.config import (
     DEFAULT_AUTH_TIMEOUT,
     DEFAULT_BINLOG_SIZE,
     DEFAULT_BUSY_POLL_US,
+    DEFAULT_CONSOLE_HOST,
     DEFAULT_FSYNC_MS,
     DEFAULT_LEASE_TTL,
     DEFAULT_MAX_JOB_SIZE,
@@ -74,6 +75,10 @@ fastbean's own options:
                          --metrics-auth
  --metrics-tubes N       tubes with /metrics series of their own: the N holding the
                          most jobs; the rest are summed as tube="*other*" (default: %(metrics_tubes)d)
+ --console [HOST:]PORT   serve the web console (see docs/console.md) on HOST:PORT
+                         (default host: 127.0.0.1; ":PORT" for every interface, which
+                         needs --auth-tokens; default: off)
+ --console-tls           serve the console over https with --tls-cert and --tls-key
  --log-format FMT        text or json (one object per line) (default: text)
  --listen ADDR           also listen on ADDR: HOST:PORT, [IPV6]:PORT, :PORT (every
                          interface) or unix:PATH; repeatable. With --listen or
@@ -133,7 +138,7 @@ starting at docs/index.md; every flag and exit status: docs/configuration.md.
        "auth_timeout": DEFAULT_AUTH_TIMEOUT, "max_unauth": DEFAULT_MAX_UNAUTHENTICATED}
 
 VALUE_FLAGS = "bflpuzs"
-LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes",
+LONG_OPTIONS = ("max-memory", "max-connections", "busy-poll", "metrics", "metrics-tubes", "console",
                 "log-format", "replicate", "replicate-stream", "node-name", "lease-ttl",
                 "replicate-timeout", "listen", "tls-listen", "tls-cert", "tls-key", "tls-ca", "auth-tokens",
                 "replicate-ca", "replicate-cert", "replicate-key", "replicate-auth-file",
@@ -192,9 +197,9 @@ def _bytes_with_suffix(text, what):
     return int(num) * SUFFIXES[unit]
 
 
-def _metrics_address(value):
+def _metrics_address(value, flag="--metrics", default_host=DEFAULT_METRICS_HOST):
     """[HOST:]PORT -> (host, port); HOST may be [IPv6]; an empty HOST is every interface."""
-    host, port = DEFAULT_METRICS_HOST, value
+    host, port = default_host, value
     if value.startswith("["):
         end = value.find("]:")
         host, port = (value[1:end], value[end + 2:]) if end > 0 else (None, "")
@@ -202,7 +207,7 @@ def _metrics_address(value):
         host, _, port = value.rpartition(":")
         host = host or None
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise Usage("invalid --metrics address: %s" % value)
+        raise Usage("invalid %s address: %s" % (flag, value))
     return host, int(port)
 
 
@@ -225,6 +230,19 @@ def _listen_address(value, flag):
     if not port:
         raise Usage("invalid %s address: %s" % (flag, value))
     return host or None, port
+
+
+def _loopback(host):
+    """host (None: every interface) is a loopback address or localhost."""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    import ipaddress
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _seconds(text, what):
@@ -280,6 +298,8 @@ def _long_option(opts, name, value):
         opts["busy_poll_us"] = usec
     elif name == "metrics":
         opts["metrics_host"], opts["metrics_port"] = _metrics_address(value)
+    elif name == "console":
+        opts["console_host"], opts["console_port"] = _metrics_address(value, "--console", DEFAULT_CONSOLE_HOST)
     elif name == "metrics-tubes":
         opts["metrics_tubes"] = _size(value, "--metrics-tubes")
     elif name == "log-format":
@@ -342,7 +362,7 @@ def parse_args(argv, warn=_warn):
                     raise Usage("--%s takes no value" % name)
                 sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
                 return None
-            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth"):
+            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth", "console-tls"):
                 if eq:
                     raise Usage("--%s takes no value" % name)
                 opts[name.replace("-", "_")] = True
@@ -422,6 +442,18 @@ def parse_args(argv, warn=_warn):
             raise Usage("--metrics-auth needs --auth-tokens")
         if not opts.get("metrics_tls"):
             raise Usage("--metrics-auth needs --metrics-tls: a token is never sent in clear")
+    if opts.get("console_tls"):
+        if "console_port" not in opts:
+            raise Usage("--console-tls needs --console")
+        if "tls_cert" not in opts:
+            raise Usage("--console-tls needs --tls-cert")
+    if "console_port" in opts and not _loopback(opts.get("console_host")):
+        where = opts.get("console_host") or "every interface"
+        if "auth_tokens" not in opts:
+            raise BadValue("--console %s: without --auth-tokens the console serves loopback only "
+                           "(give --auth-tokens FILE to sign in with a token, or use 127.0.0.1)" % where)
+        if not opts.get("console_tls"):
+            raise BadValue("--console %s: tokens are never sent in clear: add --console-tls" % where)
     if opts.get("health_auth") and not opts.get("metrics_auth"):
         raise Usage("--health-auth needs --metrics-auth")
     for flag in ("tls_key", "tls_ca", "auth_tokens", "tls_handshake_timeout",
@@ -473,6 +505,14 @@ def _check_nats_tls(config):
                           EXIT_CONFIG) from None
 
 
+def _preload_console():
+    # aiohttp and jinja2 only with --console, before -u: the node's start-up is unchanged without it
+    try:
+        import fastbean.console  # noqa: F401
+    except ImportError as e:
+        raise ConfigError("--console needs aiohttp and jinja2 (%s): pip install fastbean" % e) from None
+
+
 def main(argv=None):
     logs.setup()
     warnings = []
@@ -515,27 +555,34 @@ def main(argv=None):
         if certificates is None and any(tls for _, tls in listeners):
             raise ConfigError("an inherited socket is named \"%s\": it needs --tls-cert (and "
                               "--tls-key)" % sockets.TLS_FD_NAME)
-        if auth is not None and not config.metrics_auth and not any(tls for _, tls in listeners):
+        if auth is not None and not config.metrics_auth and config.console_port is None \
+                and not any(tls for _, tls in listeners):
             raise ConfigError("--auth-tokens: nothing asks for them (tokens are asked on "
                               "--tls-listen listeners and with --metrics-auth, so they never "
                               "cross the network in clear)")
-        if certificates is not None and not config.metrics_tls and not any(tls for _, tls in listeners):
+        if certificates is not None and not config.metrics_tls and not config.console_tls \
+                and not any(tls for _, tls in listeners):
             raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR or "
                               "--metrics-tls, or name an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
         metrics_sock = None
         if config.metrics_port is not None:
             metrics_sock = sockets.open_metrics(config)
+        console_sock = None
+        if config.console_port is not None:
+            console_sock = sockets.open_console(config)
         # asyncio, uvloop, the engine (and nats): after binding, so that
         # clients can connect meanwhile, and before -u, so that they load
         # even where the user cannot read the Python installation.
         from fastbean.server.server import preload, run
         preload(config)
+        if console_sock is not None:
+            _preload_console()
         if config.user:
             sockets.drop_privileges(config.user)
     except ConfigError as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
-    return run(config, listeners, metrics_sock, certificates, auth)
+    return run(config, listeners, metrics_sock, certificates, auth, console_sock)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,12 @@ NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 class AuthConnProtocol(TlsConnProtocol):
     """A connection to a TLS listener that asks for a token first."""
 
-    __slots__ = ("_pending", "_deadline", "_refused", "_filter", "_engine_reads", "_filter_holds")
+    __slots__ = ("_pending", "_deadline", "_refused", "_filter", "_engine_reads", "_filter_holds", "client")
 
     def __init__(self, server):
         super().__init__(server)
         self._filter = None             # a RoleFilter once a token short of admin is in
+        self.client = None              # the name of its token, once it is in (the console shows it)
         self._engine_reads = True       # what the engine last asked of reading
         self._filter_holds = False      # the filter holds commands: no reading whatever the engine asks
         self._pending = b""
@@ -95,6 +96,7 @@ class AuthConnProtocol(TlsConnProtocol):
         self._deadline.cancel()
         self._deadline = None
         name, roles = found
+        self.client = name
         if self._server.verbosity >= 1:
             event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s (%(roles)s)",
                   address=self._address, client=name, roles=str(roles))

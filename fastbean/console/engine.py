@@ -1,0 +1,118 @@
+"""What the console reads from the engine: directly, not through the
+protocol, and never for long. A scan over jobs (a tube's page, a search)
+runs in slices of SLICE jobs with a loop turn between them, as flush-tube
+does, so a beanstalk client waits at most one slice."""
+import asyncio
+
+from fastbean.engine.core import TUBE_KEYS, stats_text, tube_rows
+
+SLICE = 16384               # jobs a listing or a search looks at per loop turn
+STATES = ("ready", "delayed", "reserved", "buried")
+# the columns of /tubes: stats-tube's keys, by their short names
+TUBE_COLUMNS = ("ready", "urgent", "delayed", "reserved", "buried", "total", "using", "watching",
+                "waiting", "paused")
+_KEY_OF = {"ready": "current-jobs-ready", "urgent": "current-jobs-urgent", "delayed": "current-jobs-delayed",
+           "reserved": "current-jobs-reserved", "buried": "current-jobs-buried", "total": "total-jobs",
+           "using": "current-using", "watching": "current-watching", "waiting": "current-waiting",
+           "paused": "pause-time-left"}
+_INDEX = {column: TUBE_KEYS.index(key) for column, key in _KEY_OF.items()}
+# Listing.rows' fields, in their order
+ROW_FIELDS = ("id", "pri", "age", "time_left", "reserves", "releases", "timeouts", "buries", "kicks",
+              "size", "head", "holder")
+
+
+class Unavailable(Exception):
+    """The engine of this build lacks what a page needs."""
+
+
+def parse_stats(text):
+    """stats' YAML (flat `key: value` lines) as a dict of ints, floats and strings."""
+    out = {}
+    for line in text.decode("utf-8", "replace").splitlines():
+        key, sep, value = line.partition(": ")
+        if not sep:
+            continue
+        value = value.strip()
+        if value.startswith('"') and value.endswith('"'):
+            out[key] = value[1:-1]
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
+def tube_name(raw):
+    """A tube's name as text (tube names are ASCII)."""
+    return raw.decode("ascii", "replace")
+
+
+class Reader:
+    """The engine of a server, read for pages (server.core: reset_core replaces it)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    @property
+    def core(self):
+        return self.server.core
+
+    def _need(self, name):
+        fn = getattr(self.core, name, None)
+        if fn is None:
+            raise Unavailable("this build's engine cannot show that (no Core.%s)" % name)
+        return fn
+
+    def stats(self):
+        return parse_stats(stats_text(self.core))
+
+    def counters(self):
+        """stats' numbers, for the sampler: the engine's cheap call when it has one."""
+        counters = getattr(self.core, "counters", None)
+        return counters() if counters is not None else self.stats()
+
+    def tubes(self, sees):
+        """[(name, {column: value})] of every tube sees(name bytes) allows, in list-tubes order."""
+        rows, _ = tube_rows(self.core, 1 << 30)
+        out = []
+        for row in rows:
+            if sees(row[0]):
+                values = row[1:]
+                out.append((tube_name(row[0]), {c: values[i] for c, i in _INDEX.items()}))
+        return out
+
+    def tube(self, name):
+        """stats-tube's fields of tube name (bytes), or None."""
+        info = getattr(self.core, "tube_info", None)
+        if info is not None:
+            return info(name)
+        rows, _ = tube_rows(self.core, 1 << 30)
+        for row in rows:
+            if row[0] == name:
+                return dict(zip(TUBE_KEYS, row[1:]))
+        return None
+
+    def job(self, job_id):
+        return self._need("job_info")(job_id)
+
+    def body(self, job_id, limit=-1):
+        return self._need("job_body")(job_id, limit)
+
+    def origin(self, job_id):
+        """The tube a dead letter came from (bytes), or None (also without the engine's support)."""
+        origin = getattr(self.core, "job_origin", None)
+        return origin(job_id) if origin is not None else None
+
+    async def listing(self, tube, state, after=None, count=50):
+        """One page of tube's jobs in state: the engine's Listing, built in slices."""
+        listing = self._need("listing")(tube, state, after, count)
+        while not listing.step(SLICE):
+            await asyncio.sleep(0)
+        return listing
+
+    def scan(self, tube=None, states=None, needle=None, bodies=False):
+        return self._need("scan")(tube=tube, states=states, needle=needle, bodies=bodies)
