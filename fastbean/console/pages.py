@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from fastbean.console import actions
-from fastbean.console.engine import ROW_FIELDS, STATES, TUBE_COLUMNS, tube_name
+from fastbean.console.engine import ROW_FIELDS, STATES, TUBE_COLUMNS, Unavailable, tube_name
 from fastbean.console.search import DEFAULT_MATCHES, MAX_MATCHES, BadQuery, Search
 from fastbean.console.sessions import COOKIE, MONITOR
 from fastbean.logs import event
@@ -221,10 +221,10 @@ async def tubes(request):
     rows = console.reader.tubes(session.sees)
     if text:
         rows = [row for row in rows if text in row[0]]
-    if sort == "name":
-        rows.sort(key=lambda row: row[0], reverse=desc)
-    else:
-        rows.sort(key=lambda row: (row[1][sort], row[0]), reverse=desc)
+    rows.sort(key=lambda row: row[0], reverse=desc and sort == "name")
+    if sort != "name":
+        # stable: equal values stay in name order
+        rows.sort(key=lambda row: row[1][sort], reverse=desc)
     pages = max(1, (len(rows) + PAGE_SIZE - 1) // PAGE_SIZE)
     page = min(page, pages)
     shown = rows[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
@@ -277,14 +277,18 @@ async def tube(request):
         raise web.HTTPBadRequest(text="no state %s (ready, delayed, reserved, buried)" % _short(state, "state"))
     count = _opt_int(request.query, "count", JOBS_PAGE, 1, MAX_PAGE)
     after = _cursor(request.query.get("after"))
-    listing = await console.reader.listing(raw, state, after, count)
-    rows = [_row(r) for r in listing.rows]
-    more = None
-    if listing.after is not None:
-        more = _page_link(request, after=".".join(str(x) for x in listing.after))
+    rows, total, more, missing = [], info.get("current-jobs-" + state, 0), None, None
+    try:
+        listing = await console.reader.listing(raw, state, after, count)
+    except Unavailable as e:
+        missing = str(e)        # the tube's numbers and actions still serve
+    else:
+        rows, total = [_row(r) for r in listing.rows], listing.total
+        if listing.after is not None:
+            more = _page_link(request, after=".".join(str(x) for x in listing.after))
     return console.render(request, "tube.html", name=name, info=info, state=state, states=STATES,
-                          rows=rows, total=listing.total, more=more, first=_page_link(request, after=None),
-                          paged=after is not None)
+                          rows=rows, total=total, more=more, first=_page_link(request, after=None),
+                          paged=after is not None, missing=missing)
 
 
 def _form_int(form, key, what, low=0, high=(1 << 63) - 1):
