@@ -66,6 +66,7 @@ include "replay.pxi"
 include "testing.pxi"
 include "flush.pxi"
 include "list.pxi"
+include "inspect.pxi"
 include "cmds.pxi"
 include "check.pxi"
 include "run.pxi"
@@ -289,6 +290,39 @@ cdef class Core:
             return None
         return <bytes>j.tube.name
 
+    # -- what the console reads (inspect.pxi) --------------------------------------
+
+    def job_info(self, uint64_t id):
+        """stats-job's fields of job id as numbers (and state and tube as
+        text), its body's size, and holder: the Conn reserving it, or None.
+        None if there is no such job."""
+        return inspect_job(self, id)
+
+    def job_body(self, uint64_t id, Py_ssize_t limit=-1):
+        """The body of job id (its first limit bytes, if limit >= 0), or None."""
+        return inspect_body(self, id, limit)
+
+    def counters(self):
+        """stats' numbers by their names, and the memory and job counts."""
+        return inspect_counters(self)
+
+    def tube_names(self):
+        """Every tube's name, in list-tubes order."""
+        cdef Py_ssize_t i
+        return [<bytes>self.tubes[i].name for i in range(self.ntubes)]
+
+    def tube_info(self, bytes name):
+        """stats-tube's fields of the tube, and its retry limit, or None."""
+        return inspect_tube(self, name)
+
+    def listing(self, bytes tube, str state, after=None, Py_ssize_t count=50):
+        """A page of the tube's jobs in state, gathered by Listing.step()."""
+        return Listing(self, tube, state, after, count)
+
+    def scan(self, bytes tube=None, states=None, bytes needle=None, bint bodies=False):
+        """A search over every job, a slice per Scan.step()."""
+        return Scan(self, tube, states, needle, bodies)
+
     # -- binlog (binlog.py) ---------------------------------------------------------
 
     def wal_start(self, int64_t seq, int64_t cap, int64_t used):
@@ -471,6 +505,12 @@ cdef class Conn:
     @property
     def is_closed(self):
         return conn_released(self)
+
+    def info(self):
+        """The tube it uses, those it watches, the jobs it holds (id, seconds
+        left of each TTR), whether it waits in reserve (and the seconds left
+        of its timeout), and whether it has put or reserved."""
+        return inspect_conn(self)
 
     @property
     def caught_up(self):

@@ -7,14 +7,14 @@
 # turn (like kick), keeping the smallest keys past the cursor; buried jobs
 # are a list, and a page of them is read from the cursor's job on.
 #
-# Offers: cmd_list, list_more.
+# Offers: LIST_SCAN, cmd_list, list_more, list_key_cmp, list_key_of.
 # Uses: clock, tube, job, conn.
 
 cdef enum:
     LIST_SCAN = 16384                 # heap entries one listing looks at per loop turn
 
 
-cdef int _key_cmp(const void *a, const void *b) noexcept nogil:
+cdef int list_key_cmp(const void *a, const void *b) noexcept nogil:
     cdef const ListKey *x = <const ListKey *>a
     cdef const ListKey *y = <const ListKey *>b
     if x.key != y.key:
@@ -22,7 +22,7 @@ cdef int _key_cmp(const void *a, const void *b) noexcept nogil:
     return (x.id > y.id) - (x.id < y.id)
 
 
-cdef inline uint64_t _key_of(Job *j, int state) noexcept:
+cdef inline uint64_t list_key_of(Job *j, int state) noexcept:
     # deadlines are mono ns since boot: positive
     return j.pri if state == JOB_READY else <uint64_t>j.deadline
 
@@ -98,7 +98,7 @@ cdef Heap *_heap_listed(Core core, Conn c) noexcept:
 
 cdef void _keep_smallest(Conn c) noexcept:
     # candidates sorted, the first list_count kept; any beyond means a next page
-    qsort(c.list_keys, c.list_nkeys, sizeof(ListKey), _key_cmp)
+    qsort(c.list_keys, c.list_nkeys, sizeof(ListKey), list_key_cmp)
     if c.list_nkeys > c.list_count:
         c.list_nkeys = c.list_count
         c.list_more = True
@@ -116,8 +116,8 @@ cdef int list_more(Core core, Conn c) except -1:
         j = <Job *>h.items[i]
         if j.tube != c.list_tube:
             continue
-        k.key, k.id = _key_of(j, c.list_state), j.id
-        if _key_cmp(&k, &c.list_after) <= 0:
+        k.key, k.id = list_key_of(j, c.list_state), j.id
+        if list_key_cmp(&k, &c.list_after) <= 0:
             continue
         c.list_keys[c.list_nkeys] = k
         c.list_nkeys += 1

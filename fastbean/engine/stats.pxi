@@ -1,8 +1,8 @@
 # The YAML documents: stats, stats-job, stats-tube, list-tubes,
 # list-tubes-watched and fastbean-stats, in beanstalkd's key order.
 #
-# Offers: stats_yaml, job_yaml, tube_yaml, list_tubes_yaml, list_watched_yaml,
-#   ext_yaml.
+# Offers: STATE_NAMES, CMD_KEYS, stats_yaml, job_yaml, tube_yaml, list_tubes_yaml,
+#   list_watched_yaml, ext_yaml.
 # Uses: clock, hooks, table.
 
 STATE_NAMES = {JOB_READY: b"ready", JOB_RESERVED: b"reserved", JOB_BURIED: b"buried",
