@@ -377,3 +377,144 @@ def test_console_over_https(tmp_path):
 
 def test_tokens_file_names():
     assert set(TOKENS) == {"boss", "mon", "prod"}
+
+
+# -- the other pages -----------------------------------------------------------------------
+
+def test_connections_answer_who_holds_and_who_waits(node):
+    waiter = node.client()
+    waiter.watch("idle-tube")
+    waiter.cmd(b"ignore default")
+    waiter.send(b"reserve-with-timeout 60\r\n")
+    try:
+        held = node.ids["reserved"][0]
+
+        def shown():
+            text = node.http().get("/connections").text
+            return text if "in reserve" in text else None
+
+        text = wait_for(shown, what="the waiting client")
+        assert '/jobs/%d"' % held in text and "idle-tube" in text and "emails" in text
+        r = node.http().get("/tubes/emails?state=reserved")
+        assert "127.0.0.1:" in r.text       # the holder's address
+    finally:
+        waiter.close()
+
+
+def test_cluster_page_without_replication(node):
+    r = node.http().get("/cluster")
+    assert r.status == 200 and 'id="not-replicated"' in r.text
+
+
+def test_ten_thousand_tubes_page_and_sort(node):
+    with socket.create_connection((HOST, node.server.port)) as s:
+        f = s.makefile("rb")
+        s.sendall(b"".join(b"use t%05d\r\nput %d 0 60 1\r\nx\r\n" % (i, i) for i in range(10000)))
+        for _ in range(20000):
+            f.readline()
+    http = node.http()
+    r = http.get("/tubes?q=t0&sort=ready&dir=desc")
+    assert r.status == 200 and "page 1 of 100" in r.text
+    r = http.get("/tubes?q=t09999")
+    assert ">t09999<" in r.text and "page 1 of 1" in r.text
+
+
+@needs_inspection
+def test_a_new_search_ends_the_old_one(node):
+    c = node.client()
+    c.use("cancel-hay")
+    with socket.create_connection((HOST, node.server.port)) as s:
+        f = s.makefile("rb")
+        s.sendall(b"use cancel-hay\r\n" + b"put 0 0 60 4\r\nhay!\r\n" * 50000)
+        for _ in range(50001):
+            f.readline()
+    http = node.http()
+    query = "q=re:(h%2Ba%2B)%2Bx%7Czz&tube=cancel-hay"
+    http.get("/search?" + query)
+    r = http.post("/search/cancel", {"back": "/search?" + query})
+    assert r.status == 200 and "search-summary" in r.text
+    s = http.get("/search.json?" + query).json()
+    assert s["state"] in ("cancelled", "done") and s["rows"] == []
+    http.get("/search?q=hay&tube=cancel-hay&limit=5")
+    s = wait_for(lambda: (lambda s: s if s["state"] != "running" else None)(
+        http.get("/search.json?q=hay&tube=cancel-hay&limit=5").json()))
+    assert s["state"] == "limit" and len(s["rows"]) == 5
+    assert http.get("/search.json?" + query).status == 404
+    c.cmd(b"flush-tube cancel-hay")
+    c.close()
+
+
+def test_search_runs_in_slices_and_keeps_its_bounds():
+    """A search over an engine that never finishes: it yields to the loop
+    between slices, ends on its budget, and a cancel ends it at once."""
+    import asyncio
+
+    from fastbean.console import search
+
+    class Endless:
+        scanned, total, done = 0, 10 ** 9, False
+
+        def step(self, budget):
+            self.scanned += budget
+            return []
+
+    class Reader:
+        core = None
+
+        def scan(self, **kwargs):
+            return Endless()
+
+    async def run():
+        ticks = 0
+        found = search.Search(Reader(), lambda tube: True, "needle").start(asyncio.get_running_loop())
+        for _ in range(20):
+            await asyncio.sleep(0)
+            ticks += 1
+        assert found.running and found.scanned > 0
+        found.cancel()
+        await asyncio.sleep(0)
+        assert found.state == "cancelled" and found.task.done()
+        old, search.BUDGET = search.BUDGET, 0.05
+        try:
+            found = search.Search(Reader(), lambda tube: True, "needle").start(asyncio.get_running_loop())
+            await asyncio.wait_for(found.task, 10)
+        finally:
+            search.BUDGET = old
+        assert found.state == "budget"
+        return ticks
+
+    assert asyncio.run(run()) == 20
+    with pytest.raises(search.BadQuery):
+        search.Search(Reader(), None, "re:(")
+    with pytest.raises(search.BadQuery):
+        search.Search(Reader(), None, "x" * 2000)
+
+
+def has_origin():
+    from fastbean.engine.core import Core
+    return hasattr(Core, "job_origin")
+
+
+@pytest.mark.skipif(not has_origin(), reason="the engine has no Core.job_origin yet")
+def test_dead_letters_requeue_to_their_tube(node):
+    c = node.client()
+    c.use("flaky")
+    c.retry_limit(1, "flaky-dead")
+    ids = [c.put(b"flaky %d" % i) for i in range(3)]
+    c.watch("flaky")
+    for _ in ids:
+        job_id, _ = c.job(b"reserve-with-timeout 1")
+        c.cmd(b"release %d 0 0" % job_id, b"RELEASED")
+    assert c.stats_tube("flaky-dead")["current-jobs-ready"] == 3
+    http = node.http()
+    r = http.get("/dead")
+    assert "flaky-dead" in r.text
+    r = http.get("/dead?tube=flaky-dead")
+    assert r.text.count('href="/tubes/flaky"') == 3
+    r = http.post("/dead/requeue", {"tube": "flaky-dead", "job": [str(ids[0])]})
+    assert "requeued 1 job" in r.text
+    assert c.stats_job(ids[0])["tube"] == "flaky"
+    r = http.post("/dead/requeue", {"tube": "flaky-dead", "all": "1"})
+    assert "requeued 2 jobs" in r.text
+    assert c.stats_tube("flaky")["current-jobs-ready"] == 3
+    c.close()

@@ -243,3 +243,45 @@ def test_screenshots(node):
     finally:
         stop.set()
         worker.join(10)
+
+
+def test_console_survives_a_failover(driver, tmp_path):
+    from tests.hanodes import Node as HaNode
+    from tests.hanodes import find_primary
+    from tests.natscluster import NATS_SERVER, NatsCluster
+    if not os.path.exists(NATS_SERVER):
+        pytest.skip("no nats-server (%s)" % NATS_SERVER)
+    from tests.servers import free_port
+    cluster = NatsCluster(tmp_path / "nats")
+    nodes = []
+    try:
+        for name in ("a", "b"):
+            port = free_port()
+            node = HaNode(name, cluster.urls, tmp_path, "--lease-ttl", "2", "--console", "%s:%d" % (HOST, port))
+            node.console = "http://%s:%d" % (HOST, port)
+            nodes.append(node)
+        primary = find_primary(nodes)
+        standby = [n for n in nodes if n is not primary][0]
+        with primary.client() as c:
+            c.use("survivor")
+            c.put(b"still here")
+        driver.get(standby.console + "/cluster")
+        wait_for(lambda: driver.find_element(By.ID, "primary").text == primary.name,
+                 what="the standby naming the primary")
+        driver.get(primary.console + "/cluster")
+        assert "primary" in driver.find_element(By.ID, "replication").text
+        primary.kill()
+        new = find_primary(nodes, exclude=(primary,))
+        assert new is standby
+        for path in ("/", "/tubes", "/tubes/survivor", "/cluster"):
+            driver.get(new.console + path)
+            assert driver.find_element(By.TAG_NAME, "h1").text
+        driver.get(new.console + "/tubes")
+        assert "survivor" in driver.find_element(By.ID, "tubes").text
+        driver.get(new.console + "/cluster")
+        wait_for(lambda: driver.find_element(By.ID, "primary").text == new.name, what="the new primary")
+        assert problems(driver) == []
+    finally:
+        for n in nodes:
+            n.stop()
+        cluster.stop()

@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from fastbean.console import actions
-from fastbean.console.engine import ROW_FIELDS, STATES, TUBE_COLUMNS, Unavailable, tube_name
+from fastbean.console.engine import ROW_FIELDS, STATES, TUBE_COLUMNS, Unavailable, parse_stats, tube_name
 from fastbean.console.search import DEFAULT_MATCHES, MAX_MATCHES, BadQuery, Search
 from fastbean.console.sessions import COOKIE, MONITOR
 from fastbean.logs import event
@@ -141,11 +141,11 @@ def _uptime(seconds):
     return "%dm %ds" % (minutes, seconds)
 
 
-def _replication(server, stats):
+def _replication(server):
     if server.replicator is None:
         return None
     ready, why = server.readiness()
-    out = {k[len("replication-"):]: v for k, v in stats.items() if k.startswith("replication-")}
+    out = {k[len("replication-"):]: v for k, v in parse_stats(server.replicator.stats()).items()}
     out["ready"] = ready
     out["why"] = why
     return out
@@ -165,7 +165,7 @@ async def overview(request):
                   if server.config.fsync else "never"}
     return console.render(
         request, "overview.html", stats=stats, groups=groups, ready=ready, why=why,
-        uptime=_uptime(stats.get("uptime", 0)), binlog=binlog, replication=_replication(server, stats),
+        uptime=_uptime(stats.get("uptime", 0)), binlog=binlog, replication=_replication(server),
         memory=core.mem_used, max_memory=core.max_memory, phase=server.phase,
         samples=list(console.sampler.samples)[-1:])
 
@@ -617,8 +617,7 @@ async def dead_requeue(request):
 async def cluster(request):
     console = _console(request)
     server = console.server
-    stats = console.reader.stats()
-    replication = _replication(server, stats)
+    replication = _replication(server)
     lease = None
     if server.replicator is not None:
         rep = server.replicator
