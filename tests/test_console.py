@@ -49,7 +49,7 @@ needs_inspection = pytest.mark.skipif(not has_inspection(), reason="the engine h
 
 
 # the console's actions that are protocol extensions of the ops branch
-NEW_COMMANDS = {"priority": b"reprioritize-job 1 1", "move": b"move-job 1 x"}
+NEW_COMMANDS = {"priority": b"reprioritize-job 4294967295 1", "move": b"move-job 4294967295 x"}
 
 
 def has_command(node, line):
