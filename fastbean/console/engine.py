@@ -7,6 +7,7 @@ import asyncio
 from fastbean.engine.core import TUBE_KEYS, stats_text, tube_rows
 
 SLICE = 16384               # jobs a listing or a search looks at per loop turn
+TUBE_SLICE = 500            # tubes read per loop turn for /tubes
 STATES = ("ready", "delayed", "reserved", "buried")
 # the columns of /tubes: stats-tube's keys, by their short names
 TUBE_COLUMNS = ("ready", "urgent", "delayed", "reserved", "buried", "total", "using", "watching",
@@ -75,15 +76,43 @@ class Reader:
         counters = getattr(self.core, "counters", None)
         return counters() if counters is not None else self.stats()
 
-    def tubes(self, sees):
-        """[(name, {column: value})] of every tube sees(name bytes) allows, in list-tubes order."""
-        rows, _ = tube_rows(self.core, 1 << 30)
+    async def tube_rows(self, sees, text=b""):
+        """stats-tube's numbers of every tube sees(name bytes) allows whose name
+        holds text: (name bytes, TUBE_KEYS values...) each. Read TUBE_SLICE
+        tubes a loop turn: 10,000 tubes would hold the loop for tens of ms."""
+        core = self.core
+        names = getattr(core, "tube_names", None)
+        if names is None:
+            rows, _ = tube_rows(core, 1 << 30)
+            return [row for row in rows if text in row[0] and sees(row[0])]
         out = []
-        for row in rows:
-            if sees(row[0]):
-                values = row[1:]
-                out.append((tube_name(row[0]), {c: values[i] for c, i in _INDEX.items()}))
+        every = names()
+        for start in range(0, len(every), TUBE_SLICE):
+            for name in every[start:start + TUBE_SLICE]:
+                if text in name and sees(name):
+                    info = core.tube_info(name)
+                    if info is not None:
+                        out.append((name,) + tuple(info[key] for key in TUBE_KEYS))
+            await asyncio.sleep(0)
         return out
+
+    def tube_names(self, sees, limit):
+        """Up to limit names of tubes sees(name bytes) allows, sorted."""
+        names = getattr(self.core, "tube_names", None)
+        raw = names() if names is not None else [row[0] for row in tube_rows(self.core, 1 << 30)[0]]
+        return [tube_name(n) for n in sorted(n for n in raw if sees(n))[:limit]]
+
+    @staticmethod
+    def columns(row):
+        """{column: value} of a row of tube_rows."""
+        values = row[1:]
+        return {c: values[i] for c, i in _INDEX.items()}
+
+    @staticmethod
+    def column_key(column):
+        """A sort key on rows of tube_rows for column."""
+        index = _INDEX[column] + 1
+        return lambda row: row[index]
 
     def tube(self, name):
         """stats-tube's fields of tube name (bytes), or None."""

@@ -218,16 +218,17 @@ async def tubes(request):
         raise web.HTTPBadRequest(text="no column %s" % _short(sort, "sort"))
     desc = query.get("dir", "asc") == "desc"
     page = _opt_int(query, "page", 1, 1, 1 << 31)
-    rows = console.reader.tubes(session.sees)
-    if text:
-        rows = [row for row in rows if text in row[0]]
+    reader = console.reader
+    # the numbers a slice of tubes a loop turn; Python sorts tuples and
+    # builds only the page shown
+    rows = await reader.tube_rows(session.sees, text.encode("ascii", "replace"))
     rows.sort(key=lambda row: row[0], reverse=desc and sort == "name")
     if sort != "name":
         # stable: equal values stay in name order
-        rows.sort(key=lambda row: row[1][sort], reverse=desc)
+        rows.sort(key=reader.column_key(sort), reverse=desc)
     pages = max(1, (len(rows) + PAGE_SIZE - 1) // PAGE_SIZE)
     page = min(page, pages)
-    shown = rows[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
+    shown = [(tube_name(row[0]), reader.columns(row)) for row in rows[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]]
     sorts = {c: _page_link(request, sort=c, dir="desc" if c == sort and not desc else "asc", page=None)
              for c in ("name",) + TUBE_COLUMNS}
     return console.render(request, "tubes.html", rows=shown, count=len(rows), q=text, sort=sort, desc=desc,
@@ -471,7 +472,7 @@ async def search(request):
     return console.render(request, "search.html", found=found, rows=_results(console, found) if found else [],
                           summary=_summary(found) if found else None, q=text,
                           tube=tube.decode() if tube else "", states=STATES, chosen=states, regex=regex,
-                          limit=limit, tubes=[n for n, _ in console.reader.tubes(request["session"].sees)][:1000])
+                          limit=limit, tubes=console.reader.tube_names(request["session"].sees, 1000))
 
 
 async def search_json(request):
