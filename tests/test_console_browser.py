@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from tests.consolekit import TOKENS, Node, wait_for
+from tests.consolekit import TOKENS, Http, Node, wait_for
 from tests.servers import HOST
 
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -270,6 +270,10 @@ def test_console_survives_a_failover(driver, tmp_path):
                  what="the standby naming the primary")
         driver.get(primary.console + "/cluster")
         assert "primary" in driver.find_element(By.ID, "replication").text
+        # a standby changes nothing: its engine follows the stream
+        http = Http(standby.console)
+        r = http.post("/tubes/survivor/pause", {"seconds": "10"})
+        assert r.status == 409 and "not the primary" in r.text
         primary.kill()
         new = find_primary(nodes, exclude=(primary,))
         assert new is standby

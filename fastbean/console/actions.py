@@ -109,6 +109,9 @@ def _expect(reply, word):
 async def perform(server, session, address, action, tube=None, job=None, **args):
     """Run action (a name of ACTIONS) for session; the engine's reply as text.
     Raises ActionError with the engine's refusal."""
+    if not server.serving:
+        # a standby's engine follows the stream: a change made here would fork it
+        raise ActionError("this node is not the primary: act on the primary's console")
     client = Client(server, session, address)
     reply = None
     try:
