@@ -3,6 +3,7 @@ against a node holding jobs in every state, bad input, CSRF, the headers
 every response carries, the actions of an admin and the refusals of a
 monitor, sign-in, the event stream, and https."""
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -304,6 +305,21 @@ def test_sign_in_is_needed_and_checked(guarded):
     assert r.status == 403 and "monitor" in r.text
     r = http.signin("mon")
     assert r.status == 200 and "mon" in r.text
+    for elsewhere in ("//evil.example/", "/\\evil.example/", "https://evil.example/"):
+        r = guarded.http().post("/signin", {"token": TOKENS["mon"][0], "next": elsewhere}, csrf=False)
+        assert r.url == guarded.url + "/", elsewhere
+
+
+def test_sigterm_with_open_streams_stops_cleanly(tmp_path):
+    n = Node().start()
+    try:
+        stream = urllib.request.urlopen(n.url + "/events", timeout=10)
+        assert stream.readline().startswith(b"data: ")
+        n.server.proc.send_signal(signal.SIGTERM)
+        assert n.server.proc.wait(30) == 0
+        stream.close()
+    finally:
+        n.stop()
 
 
 def test_monitor_sees_its_tubes_only(guarded):

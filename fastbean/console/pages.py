@@ -636,7 +636,8 @@ async def cluster(request):
 # -- sign-in -----------------------------------------------------------------------------
 
 def _next(text):
-    return text if text.startswith("/") and not text.startswith("//") else "/"
+    # a path of this site only: "//host" and "/\\host" are other sites to a browser
+    return text if text.startswith("/") and not text.startswith(("//", "/\\")) and len(text) < 2048 else "/"
 
 
 async def signin_page(request):
