@@ -32,7 +32,7 @@ from fastbean.config import (
     UNIX,
     Config,
 )
-from fastbean.errors import EXIT_CONFIG, ConfigError
+from fastbean.errors import EXIT_CONFIG, BinlogError, ConfigError
 from fastbean.logs import event
 
 USAGE = """\
@@ -94,6 +94,9 @@ fastbean's own options:
                          client sends a token whose SHA-256 is in FILE (lines NAME SHA256
                          [ROLE[:TUBE-GLOB,...] ...], roles producer, worker, monitor, admin;
                          no roles: admin; reloaded on SIGHUP; see docs/tls.md)
+ --auth-by-certificate   a client certificate (verified against --tls-ca) whose subject
+                         CN or DNS or email subjectAltName is a NAME of --auth-tokens is
+                         in as that line, roles included, without `auth`
  --auth-timeout SECONDS  close a connection to a TLS listener with --auth-tokens whose
                          token is not accepted SECONDS after its handshake (default: %(auth_timeout)g)
  --max-unauthenticated-per-address N
@@ -148,7 +151,9 @@ SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class Usage(ConfigError):
-    """A usage error: print the message and the usage text, exit 5 (as beanstalkd does)."""
+    """A usage error: the mistake in one line (as beanstalkd words it), exit 5
+    (as beanstalkd does). beanstalkd follows it with its usage text, which
+    for fastbean's 80 lines pushed the mistake off the terminal."""
 
 
 class BadValue(ConfigError):
@@ -362,7 +367,8 @@ def parse_args(argv, warn=_warn):
                     raise Usage("--%s takes no value" % name)
                 sys.stdout.write(USAGE if name == "help" else "fastbean %s\n" % __version__)
                 return None
-            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth", "console-tls"):
+            if name in ("testing", "strict", "metrics-tls", "metrics-auth", "health-auth",
+                        "auth-by-certificate", "console-tls"):
                 if eq:
                     raise Usage("--%s takes no value" % name)
                 opts[name.replace("-", "_")] = True
@@ -462,6 +468,9 @@ def parse_args(argv, warn=_warn):
             raise Usage("--%s needs --tls-cert" % flag.replace("_", "-"))
     if "auth_timeout" in opts and "auth_tokens" not in opts:
         raise Usage("--auth-timeout needs --auth-tokens")
+    if opts.get("auth_by_certificate") and ("auth_tokens" not in opts or "tls_ca" not in opts):
+        raise Usage("--auth-by-certificate needs --auth-tokens and --tls-ca (the CA that vouches "
+                    "for the certificates' names)")
     # Listeners named by flags of fastbean's own replace the default one;
     # -l or -p asks for it again.
     named = opts.get("listen") or opts.get("tls_listen")
@@ -519,7 +528,7 @@ def main(argv=None):
     try:
         config = parse_args(sys.argv[1:] if argv is None else argv, warnings.append)
     except Usage as e:
-        sys.stderr.write("fastbean: %s\n%s" % (e, USAGE))
+        sys.stderr.write("fastbean: %s\n" % e)
         return e.status
     except ConfigError as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
@@ -551,6 +560,9 @@ def main(argv=None):
         if config.auth_tokens is not None:
             from fastbean.server.tokens import TokenAuth
             auth = TokenAuth(config.auth_tokens)
+        if config.binlog_dir is not None:
+            from fastbean.binlog.files import Directory
+            Directory(config.binlog_dir).check()
         listeners = sockets.open_listeners(config)
         if certificates is None and any(tls for _, tls in listeners):
             raise ConfigError("an inherited socket is named \"%s\": it needs --tls-cert (and "
@@ -579,7 +591,7 @@ def main(argv=None):
             _preload_console()
         if config.user:
             sockets.drop_privileges(config.user)
-    except ConfigError as e:
+    except (ConfigError, BinlogError) as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
     return run(config, listeners, metrics_sock, certificates, auth, console_sock)

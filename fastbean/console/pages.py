@@ -505,7 +505,7 @@ async def connections(request):
             continue
         row = {"address": peer_name(transport.get_extra_info("peername")),
                "listener": _sockname(transport.get_extra_info("sockname")),
-               "client": getattr(proto, "client", None) or "", "info": None}
+               "client": getattr(proto, "client_name", None) or "", "info": None}
         conn = proto.engine_conn() if hasattr(proto, "engine_conn") else None
         info_of = getattr(conn, "info", None)
         if info_of is not None:

@@ -241,10 +241,15 @@ cdef class Core:
 
     # -- state ---------------------------------------------------------------------
 
-    def set_draining(self):
-        """SIGUSR1: from now on put answers DRAINING."""
+    def set_draining(self, bint on=True):
+        """SIGUSR1: from now on put answers DRAINING; SIGUSR2 (on=False): no more."""
         enter(self)
-        self.drain_mode = True
+        self.drain_mode = on
+
+    @property
+    def reserved_jobs(self):
+        """Jobs reserved now (a drain is complete once none is)."""
+        return self.reserved_ct
 
     @property
     def draining(self):

@@ -9,6 +9,13 @@ straight into the engine as any other (uvloop's TLS layer looks up
 data_received at every read, so the gate hands it over by replacing it),
 unless its token's roles are short of admin: then its reads and replies go
 through a rolefilter.RoleFilter.
+
+With --auth-by-certificate, a client whose certificate (verified against
+--tls-ca) names a line of the tokens file is in as that line at the end of
+its handshake, with that line's roles and no `auth`: so clients that cannot
+send `auth` (every beanstalk library but fastbean's) get roles through a
+TLS proxy holding their certificate. A client whose certificate names no
+line asks a token as any other.
 """
 import logging
 
@@ -25,23 +32,29 @@ NOT_AUTHENTICATED = b"NOT_AUTHENTICATED\r\n"
 class AuthConnProtocol(TlsConnProtocol):
     """A connection to a TLS listener that asks for a token first."""
 
-    __slots__ = ("_pending", "_deadline", "_refused", "_filter", "_engine_reads", "_filter_holds", "client")
+    __slots__ = ("_pending", "_deadline", "_refused", "_filter", "_engine_reads", "_filter_holds",
+                 "client_name")
 
     def __init__(self, server):
         super().__init__(server)
         self._filter = None             # a RoleFilter once a token short of admin is in
-        self.client = None              # the name of its token, once it is in (the console shows it)
         self._engine_reads = True       # what the engine last asked of reading
         self._filter_holds = False      # the filter holds commands: no reading whatever the engine asks
         self._pending = b""
         self._deadline = None
         self._refused = 0
+        self.client_name = None         # the tokens file's name for the client, once it is in
 
     def handshaken(self, transport):
-        # the handshake is done: now the token
+        # the handshake is done: now the token, unless the certificate names one
         self._transport = transport
         if self._address is None:
             self._address = peer_address(transport)
+        if self._server.config.auth_by_certificate:
+            found = self._server.auth.named(certificate_names(transport.get_extra_info("peercert")))
+            if found is not None:
+                self._admit(found, "certificate")
+                return
         self.data_received = self._before_auth
         self._deadline = self._server.loop.call_later(self._server.config.auth_timeout, self._too_late)
 
@@ -95,18 +108,21 @@ class AuthConnProtocol(TlsConnProtocol):
             return
         self._deadline.cancel()
         self._deadline = None
+        self._transport.write(AUTHENTICATED)
+        self._admit(found, "token")
+
+    def _admit(self, found, by):
         name, roles = found
-        self.client = name
+        self.client_name = name
         if self._server.verbosity >= 1:
-            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s (%(roles)s)",
-                  address=self._address, client=name, roles=str(roles))
+            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s by %(by)s "
+                  "(%(roles)s)", address=self._address, client=name, by=by, roles=str(roles))
         if not roles.admin:
             self._filter = RoleFilter(roles, name, self._address, self._server.core,
                                       self._server.config.max_job_size, self._server.loop.call_soon,
                                       self._filter_reading)
         rest, self._pending = self._pending, b""
         transport = self._transport
-        transport.write(AUTHENTICATED)
         # now the engine hears of the connection, and reads go straight to it
         # (an admin's) or through the filter of its roles
         self._server.authenticated(self)
@@ -140,6 +156,17 @@ class AuthConnProtocol(TlsConnProtocol):
             self._deadline.cancel()
             self._deadline = None
         super().connection_lost(exc)
+
+
+def certificate_names(cert):
+    """A verified client certificate's identities (ssl's getpeercert() form),
+    in the order they are tried: the subject's common names, then the DNS
+    and email subjectAltNames."""
+    if not cert:
+        return []
+    names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    names += [value for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "email")]
+    return names
 
 
 class TracingAuthConnProtocol(AuthConnProtocol, TracingConnProtocol):

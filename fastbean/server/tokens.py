@@ -3,7 +3,9 @@ token in constant time, and the limit on failed attempts per client address.
 
 The file holds one client per line, `NAME SHA256 [ROLE[:PATTERN,...] ...]`:
 a name for the log, the SHA-256 of its token in hex, never the token
-itself, and its roles (roles.py; none: an admin). Tokens are random
+itself, and its roles (roles.py; none: an admin). With
+--auth-by-certificate, a client certificate that names a line (its subject
+CN, or a DNS or email subjectAltName) stands for that line's token. Tokens are random
 secrets (32 bytes from a CSPRNG, say), so a plain hash is as hard to reverse
 as the token is to guess; a slow password hash would only slow every login.
 """
@@ -84,6 +86,15 @@ class TokenAuth:
         if found is None:
             self._failed(address)
         return found
+
+    def named(self, names):
+        """(name, roles.Roles) of the first of names (a client certificate's
+        identities, --auth-by-certificate) that names a line, or None."""
+        lines = {name: roles for name, _, roles in self._tokens}
+        for name in names:
+            if name in lines:
+                return name, lines[name]
+        return None
 
     def limited(self, address):
         """Too many failures from address lately: refuse its attempts unheard."""
