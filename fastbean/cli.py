@@ -514,12 +514,13 @@ def _check_nats_tls(config):
                           EXIT_CONFIG) from None
 
 
-def _preload_console():
+def _console_class():
     # aiohttp and jinja2 only with --console, before -u: the node's start-up is unchanged without it
     try:
-        import fastbean.console  # noqa: F401
+        from fastbean.console import Console
     except ImportError as e:
         raise ConfigError("--console needs aiohttp and jinja2 (%s): pip install fastbean" % e) from None
+    return Console
 
 
 def main(argv=None):
@@ -587,14 +588,13 @@ def main(argv=None):
         # even where the user cannot read the Python installation.
         from fastbean.server.server import preload, run
         preload(config)
-        if console_sock is not None:
-            _preload_console()
+        console = _console_class() if console_sock is not None else None
         if config.user:
             sockets.drop_privileges(config.user)
     except (ConfigError, BinlogError) as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
-    return run(config, listeners, metrics_sock, certificates, auth, console_sock)
+    return run(config, listeners, metrics_sock, certificates, auth, console_sock, console)
 
 
 if __name__ == "__main__":

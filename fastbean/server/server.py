@@ -50,7 +50,7 @@ def new_event_loop():
 
 
 class Server:
-    def __init__(self, config, loop, notifier=None, certificates=None, auth=None):
+    def __init__(self, config, loop, notifier=None, certificates=None, auth=None, console=None):
         self.config = config
         self.certificates = certificates    # a tls.Certificates with --tls-cert
         self.auth = auth                    # a tokens.TokenAuth with --auth-tokens (TLS listeners ask)
@@ -85,7 +85,8 @@ class Server:
         self.listeners = []
         self.notifier = notifier if notifier is not None else Notifier()
         self.endpoint = None        # the HTTP endpoint, with --metrics
-        self.console = None         # the web console (fastbean.console), with --console
+        self.console = None         # the web console (fastbean.console.Console), with --console
+        self._console_class = console   # what makes it: the CLI hands it over (the console imports the server)
         self.started_at = None      # time.time() when it began serving
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
         self._stopping = False
@@ -263,8 +264,7 @@ class Server:
                                      self.config.health_auth)
             await self.endpoint.start(metrics_sock, self.certificates.context if self.config.metrics_tls else None)
         if console_sock is not None:
-            from fastbean.console import Console  # aiohttp and jinja2: only with --console
-            self.console = Console(self)
+            self.console = self._console_class(self)
             await self.console.start(console_sock, self.certificates.context if self.config.console_tls else None)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
@@ -420,17 +420,18 @@ def preload(config):
         import fastbean.replication  # noqa: F401
 
 
-def run(config, listeners, metrics_sock=None, certificates=None, auth=None, console_sock=None):
+def run(config, listeners, metrics_sock=None, certificates=None, auth=None, console_sock=None, console=None):
     """Serve on the given listeners (sockets.Listener) until SIGTERM/SIGINT; return
     the exit status. certificates: the tls.Certificates of the TLS listeners;
-    auth: the tokens.TokenAuth they ask clients for."""
+    auth: the tokens.TokenAuth they ask clients for; console: the class of
+    the web console to serve on console_sock."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_malloc()
     if not prefault_arenas():
         event(logging.WARNING, "no-prefault", "could not start the page-prefault thread; new "
               "memory is faulted in on the loop")
-    server = Server(config, loop, certificates=certificates, auth=auth)
+    server = Server(config, loop, certificates=certificates, auth=auth, console=console)
     status = 0
     try:
         status = loop.run_until_complete(server.serve(listeners, metrics_sock, console_sock))
