@@ -72,11 +72,12 @@ def _see_other(where):
 def _tube_arg(text, what="tube"):
     raw = text.encode("utf-8", "replace")
     if not 1 <= len(raw) <= 200 or raw[:1] == b"-" or not set(raw) <= TUBE_BYTES:
-        raise web.HTTPBadRequest(text="not a tube name: %s" % _short(text, what))
+        raise web.HTTPBadRequest(text="%s: not a tube name (1 to 200 letters, digits and -+/;.$_()): %s"
+                                      % (what, _short(text)))
     return raw
 
 
-def _short(text, what):
+def _short(text):
     return text if len(text) <= 60 else text[:60] + "..."
 
 
@@ -84,7 +85,7 @@ def _int_arg(text, what, low=0, high=(1 << 63) - 1):
     if text is None or text == "":
         raise web.HTTPBadRequest(text="%s: a number is needed" % what)
     if not text.isascii() or not text.isdigit() or len(text) > 20 or not low <= int(text) <= high:
-        raise web.HTTPBadRequest(text="%s: not a number from %d to %d: %s" % (what, low, high, _short(text, what)))
+        raise web.HTTPBadRequest(text="%s: not a number from %d to %d: %s" % (what, low, high, _short(text)))
     return int(text)
 
 
@@ -166,8 +167,7 @@ async def overview(request):
     return console.render(
         request, "overview.html", stats=stats, groups=groups, ready=ready, why=why,
         uptime=_uptime(stats.get("uptime", 0)), binlog=binlog, replication=_replication(server),
-        memory=core.mem_used, max_memory=core.max_memory, phase=server.phase,
-        samples=list(console.sampler.samples)[-1:])
+        memory=core.mem_used, max_memory=core.max_memory, phase=server.phase)
 
 
 async def history(request):
@@ -215,7 +215,7 @@ async def tubes(request):
         raise web.HTTPBadRequest(text="a filter of at most 200 characters")
     sort = query.get("sort", "name")
     if sort != "name" and sort not in TUBE_COLUMNS:
-        raise web.HTTPBadRequest(text="no column %s" % _short(sort, "sort"))
+        raise web.HTTPBadRequest(text="no column %s" % _short(sort))
     desc = query.get("dir", "asc") == "desc"
     page = _opt_int(query, "page", 1, 1, 1 << 31)
     reader = console.reader
@@ -243,7 +243,7 @@ def _cursor(text):
     try:
         return tuple(int(part) for part in text.split("."))
     except ValueError:
-        raise web.HTTPBadRequest(text="not a page cursor: %s" % _short(text, "after")) from None
+        raise web.HTTPBadRequest(text="not a page cursor: %s" % _short(text)) from None
 
 
 def _row(raw, holders=None):
@@ -284,7 +284,7 @@ async def tube(request):
         raise web.HTTPNotFound(text="no tube %s" % name)
     state = request.query.get("state", "ready")
     if state not in STATES:
-        raise web.HTTPBadRequest(text="no state %s (ready, delayed, reserved, buried)" % _short(state, "state"))
+        raise web.HTTPBadRequest(text="no state %s (ready, delayed, reserved, buried)" % _short(state))
     count = _opt_int(request.query, "count", JOBS_PAGE, 1, MAX_PAGE)
     after = _cursor(request.query.get("after"))
     rows, total, more, missing = [], info.get("current-jobs-" + state, 0), None, None
@@ -340,7 +340,7 @@ async def tube_action(request):
         dead = form.get("dead", "").strip()
         return await _act(request, back, "retry-limit", tube=raw, count=count,
                           dead=_tube_arg(dead, "dead-letter tube") if dead else None)
-    raise web.HTTPNotFound(text="no action %s" % _short(action, "action"))
+    raise web.HTTPNotFound(text="no action %s" % _short(action))
 
 
 # -- jobs --------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ async def job_action(request):
         if origin is None:
             raise web.HTTPConflict(text="job %d has no tube of origin" % job_id)
         return await _act(request, back, "move", job=job_id, tube=origin)
-    raise web.HTTPNotFound(text="no action %s" % _short(action, "action"))
+    raise web.HTTPNotFound(text="no action %s" % _short(action))
 
 
 # -- search ------------------------------------------------------------------------------
