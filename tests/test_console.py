@@ -534,3 +534,10 @@ def test_dead_letters_requeue_to_their_tube(node):
     assert "requeued 2 jobs" in r.text
     assert c.stats_tube("flaky")["current-jobs-ready"] == 3
     c.close()
+
+
+def test_a_node_without_the_console_loads_neither_library():
+    code = ("import sys; import fastbean.cli, fastbean.server.server; "
+            "print(sorted(m for m in ('aiohttp', 'jinja2', 'fastbean.console') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "[]", p.stderr
