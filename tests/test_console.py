@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -541,3 +542,36 @@ def test_a_node_without_the_console_loads_neither_library():
             "print(sorted(m for m in ('aiohttp', 'jinja2', 'fastbean.console') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "[]", p.stderr
+
+
+def test_search_slices_shrink_when_jobs_are_slow_to_look_at():
+    """Big bodies make a slice of many jobs long: the next slices hold fewer."""
+    import asyncio
+
+    from fastbean.console import search
+
+    budgets = []
+
+    class Slow:
+        scanned, total, done = 0, 10 ** 9, False
+
+        def step(self, budget):
+            budgets.append(budget)
+            time.sleep(budget * 1e-5)       # 10 us a job
+            self.scanned += budget
+            self.done = len(budgets) >= 14
+            return []
+
+    class Reader:
+        core = None
+
+        def scan(self, **kwargs):
+            return Slow()
+
+    async def run():
+        found = search.Search(Reader(), lambda tube: True, "needle").start(asyncio.get_running_loop())
+        await asyncio.wait_for(found.task, 30)
+
+    asyncio.run(run())
+    assert budgets[0] == search.SLICE
+    assert max(budgets[-3:]) * 1e-5 <= 4 * search.SLICE_TIME, budgets

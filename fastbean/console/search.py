@@ -12,8 +12,10 @@ MAX_MATCHES = 1000          # the most matches a search may ask for
 DEFAULT_MATCHES = 100
 BUDGET = 30.0               # seconds a search may run
 MAX_QUERY = 1000            # characters of a query
-SLICE = 16384               # jobs per slice (a substring is matched in the engine)
-REGEX_SLICE = 1024          # bodies per slice when Python matches a regular expression
+SLICE = 16384               # jobs of the first slice (a substring is matched in the engine)
+REGEX_SLICE = 1024          # bodies of the first slice when Python matches a regular expression
+SLICE_TIME = 0.002          # seconds a slice should take: big bodies make slices of fewer jobs
+MIN_SLICE, MAX_SLICE = 16, 65536
 
 
 class BadQuery(ValueError):
@@ -108,8 +110,10 @@ class Search:
                                 needle=None if regex else self.text.encode("utf-8", "surrogateescape"),
                                 bodies=regex is not None)
         first = self.matches[0] if self.matches else None
+        budget = REGEX_SLICE if regex else SLICE
         while self.running:
-            found = scan.step(REGEX_SLICE if regex else SLICE)
+            began = time.perf_counter()
+            found = scan.step(budget)
             self.scanned, self.total = scan.scanned, scan.total
             for item in found:
                 if regex is not None:
@@ -124,6 +128,12 @@ class Search:
                     return
             if scan.done:
                 return
+            # the next slice's size from this one's time: bodies differ in size
+            spent = time.perf_counter() - began
+            if spent > 2 * SLICE_TIME:
+                budget = max(budget // 2, MIN_SLICE)
+            elif spent < SLICE_TIME / 2:
+                budget = min(budget * 2, MAX_SLICE)
             if time.monotonic() > deadline:
                 self._end("budget")
                 return
