@@ -8,6 +8,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
+from fastbean import __version__
 from fastbean.console import pages
 from fastbean.console.engine import Reader, Unavailable
 from fastbean.console.history import Sampler
@@ -55,7 +56,7 @@ class Console:
         app["console"] = self
         app.on_response_prepare.append(_secure)
         pages.routes(app)
-        app.router.add_static("/static/", os.path.join(HERE, "static"), append_version=True)
+        app.router.add_static("/static/", os.path.join(HERE, "static"))
         return app
 
     async def start(self, sock, tls=None):
@@ -80,7 +81,7 @@ class Console:
         session = request.get("session")
         text = self.templates.get_template(template).render(
             session=session, server=self.server, path=request.path, request=request,
-            signin=self.auth is not None, flash=request.get("flash"), **values)
+            signin=self.auth is not None, flash=request.get("flash"), version=__version__, **values)
         return web.Response(text=text, status=status, content_type="text/html")
 
     def error(self, request, status, reason):
