@@ -271,6 +271,7 @@ def test_console_survives_a_failover(driver, tmp_path):
         driver.get(standby.console + "/cluster")
         wait_for(lambda: driver.find_element(By.ID, "primary").text == primary.name,
                  what="the standby naming the primary")
+        assert driver.find_element(By.ID, "lag").text.endswith(("message", "messages"))
         driver.get(primary.console + "/cluster")
         assert "primary" in driver.find_element(By.ID, "replication").text
         # a standby changes nothing: its engine follows the stream

@@ -627,6 +627,10 @@ async def cluster(request):
         try:
             _, value = await asyncio.wait_for(rep.link.lease_read(), 2.0)
             lease["holder"] = value.decode("utf-8", "replace").split(" ", 1)[0] if value else None
+            _, last, _ = await asyncio.wait_for(rep.link.last_seq(), 2.0)
+            # how far this node's engine is behind the stream, in messages
+            replication["stream-last"] = last
+            replication["lag"] = max(last - rep.log.applied, 0)
         except Exception as e:  # noqa: BLE001 - NATS away: said on the page
             lease["error"] = str(e) or type(e).__name__
     return console.render(request, "cluster.html", replication=replication, lease=lease,
