@@ -28,6 +28,8 @@ if not os.path.exists(CHROMEDRIVER) or shutil.which("chromium") is None:
 
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 def new_driver(width=1280, height=900):
@@ -120,18 +122,30 @@ def test_charts_move_under_load(driver, node):
     assert problems(driver) == []
 
 
+def submit(driver, button):
+    """Click a form's button and wait for the page it leads to."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, 20).until(staleness_of(page))
+    wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
+
+
+def flash(driver):
+    found = driver.find_elements(By.CSS_SELECTOR, ".flash")
+    return found[0].text if found else ""
+
+
 def test_actions_from_the_page(driver, node):
     driver.get(node.url + "/tubes/emails")
     form = driver.find_element(By.CSS_SELECTOR, "form[action='/tubes/emails/pause']")
     seconds = form.find_element(By.NAME, "seconds")
     seconds.clear()
     seconds.send_keys("90")
-    form.find_element(By.TAG_NAME, "button").click()
-    flash = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".flash"), what="the action's message")
-    assert "PAUSED" in flash[0].text
+    submit(driver, form.find_element(By.TAG_NAME, "button"))
+    assert "PAUSED" in flash(driver)
     assert node.client().stats_tube("emails")["pause"] == 90
-    driver.find_element(By.CSS_SELECTOR, "form[action='/tubes/emails/resume'] button").click()
-    wait_for(lambda: "PAUSED" in driver.find_element(By.CSS_SELECTOR, ".flash").text)
+    submit(driver, driver.find_element(By.CSS_SELECTOR, "form[action='/tubes/emails/resume'] button"))
+    assert "PAUSED" in flash(driver)
     assert node.client().stats_tube("emails")["pause"] == 0
     assert problems(driver) == []
 
@@ -144,7 +158,7 @@ def test_monitor_gets_no_action_in_the_page(tmp_path):
         d.get(n.url + "/tubes/emails")
         assert "/signin" in d.current_url
         d.find_element(By.NAME, "token").send_keys(TOKENS["mon"][0])
-        d.find_element(By.CSS_SELECTOR, "form.signin button").click()
+        submit(d, d.find_element(By.CSS_SELECTOR, "form.signin button"))
         wait_for(lambda: d.current_url.endswith("/tubes/emails"), what="the page asked for")
         assert "(read-only)" in d.find_element(By.CLASS_NAME, "who").text
         assert d.find_elements(By.ID, "tube-actions") == []
@@ -188,7 +202,7 @@ def test_search_finds_one_job_among_a_million(driver, node):
     driver.get(node.url + "/search")
     box = driver.find_element(By.NAME, "q")
     box.send_keys("needle-4242")
-    driver.find_element(By.CSS_SELECTOR, "#search-form button").click()
+    submit(driver, driver.find_element(By.CSS_SELECTOR, "#search-form button"))
     wait_for(lambda: driver.find_element(By.ID, "search-status").get_attribute("data-state") != "running",
              timeout=120, what="the search's end")
     assert driver.find_element(By.ID, "search-status").get_attribute("data-state") == "done"
