@@ -22,6 +22,7 @@ HEAD_BYTES = 64             # bytes of a body shown in lists
 BODY_SHOWN = 1 << 20        # bytes of a body the job page shows
 MAX_STREAMS = 64            # open event streams; more get 503
 MAX_REQUEUE = 10000         # dead letters one "requeue all" moves
+HELD_SHOWN = 50             # reserved jobs listed per connection
 TUBE_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-+/;.$_()")
 MAX_PRI = (1 << 32) - 1
 MAX_SECONDS = (1 << 32) - 1
@@ -520,8 +521,11 @@ async def connections(request):
             if not session.roles.admin and use is None and not watch and not held:
                 continue
             wait_left = info.get("wait_left")
+            more = max(len(held) - HELD_SHOWN, 0)       # a batch worker may hold thousands
+            held = held[:HELD_SHOWN]
             row["info"] = {"id": number, "use": tube_name(use) if use is not None else "(hidden)",
-                           "watch": [tube_name(t) for t in watch], "held": held, "waiting": info["waiting"],
+                           "watch": [tube_name(t) for t in watch], "held": held, "more": more,
+                           "waiting": info["waiting"],
                            "wait_left": round(wait_left, 1) if wait_left is not None else None,
                            "producer": info.get("producer"), "worker": info.get("worker")}
         elif not session.roles.admin:
