@@ -23,6 +23,7 @@ BODY_SHOWN = 1 << 20        # bytes of a body the job page shows
 MAX_STREAMS = 64            # open event streams; more get 503
 MAX_REQUEUE = 10000         # dead letters one "requeue all" moves
 HELD_SHOWN = 50             # reserved jobs listed per connection
+PRETTY_MAX = 256 * 1024     # bytes of a body shown as indented JSON at most
 TUBE_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-+/;.$_()")
 MAX_PRI = (1 << 32) - 1
 MAX_SECONDS = (1 << 32) - 1
@@ -347,6 +348,8 @@ async def tube_action(request):
 # -- jobs --------------------------------------------------------------------------------
 
 def _pretty_json(body):
+    if len(body) > PRETTY_MAX or body[:1] not in b"{[":
+        return None         # parsing a big body would hold the loop for long
     try:
         return json.dumps(json.loads(body), indent=2, ensure_ascii=False, sort_keys=True)
     except (ValueError, RecursionError):
