@@ -126,7 +126,7 @@ async def perform(server, session, address, action, tube=None, job=None, **args)
               + (" tube %(tube)s" if tube is not None else "") + (" job %(job)d" if job is not None else "")
               + ": %(reply)s", client=session.name, address=address, action=action,
               tube=tube.decode("ascii", "replace") if tube is not None else None, job=job,
-              reply=reply, **{k: v for k, v in args.items() if not isinstance(v, bytes)})
+              reply=reply, **{k: v for k, v in args.items() if isinstance(v, (int, str)) or v is None})
 
 
 async def _one(client, line, word):
@@ -185,6 +185,16 @@ async def copy(client, tube, job, pri, delay, ttr, body):
                        "INSERTED")
 
 
+async def requeue(client, tube, job, moves):
+    """Dead letters back to their tubes: moves is [(id, tube)]; all in one
+    pipeline, so a thousand wait for one binlog commit, not a thousand."""
+    replies = await client.run(b"".join(b"move-job %d %s\r\n" % move for move in moves), len(moves))
+    if NOT_PERMITTED.decode() in replies:
+        raise ActionError("refused: your token may not do this")
+    moved = sum(reply == "MOVED" for reply in replies)
+    return "MOVED %d of %d" % (moved, len(moves))
+
+
 ACTIONS = {"pause": pause, "kick": kick, "flush-buried": flush_buried, "flush-tube": flush_tube,
            "retry-limit": retry_limit, "delete": delete, "kick-job": kick_job, "move": move,
-           "reprioritize": reprioritize, "copy": copy}
+           "reprioritize": reprioritize, "copy": copy, "requeue": requeue}

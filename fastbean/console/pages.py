@@ -601,20 +601,22 @@ async def dead_requeue(request):
         ids = ids[:MAX_REQUEUE]
     else:
         ids = [_int_arg(v, "job id", 1) for v in form.getall("job", [])]
-    moved, skipped = 0, 0
+    moves, skipped = [], 0
     for job_id in ids:
         origin = console.reader.origin(job_id)
-        tube_of = console.server.core.job_tube(job_id)
-        if origin is None or tube_of != raw or not session.sees(origin):
+        if origin is None or console.server.core.job_tube(job_id) != raw or not session.sees(origin):
             skipped += 1
-            continue
+        else:
+            moves.append((job_id, origin))
+    moved = 0
+    if moves:
         try:
-            await actions.perform(console.server, session, _address(request), "move", job=job_id, tube=origin)
-            moved += 1
+            reply = await actions.perform(console.server, session, _address(request), "requeue", tube=raw,
+                                          moves=moves)
         except actions.ActionError as e:
-            if "may not" in str(e):
-                return console.error(request, 403, "requeue: %s" % e)
-            skipped += 1
+            return console.error(request, 403 if "may not" in str(e) else 409, "requeue: %s" % e)
+        moved = int(reply.split()[1])
+        skipped += len(moves) - moved
     _flash(session, True, "requeued %d job%s%s" % (moved, "" if moved == 1 else "s",
                                                    ", skipped %d" % skipped if skipped else ""))
     raise web.HTTPSeeOther("/dead?tube=" + quote(name, safe=""))
