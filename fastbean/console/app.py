@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_QUERY_STRING = 4096         # bytes of a query string; longer ones get 414
 MAX_BODY = 64 * 1024            # bytes of a form
 OPEN_PATHS = ("/signin", "/static/")      # served without a session
+DATA_PATHS = ("/events", "/history.json", "/search.json")     # what scripts fetch, not pages
 # Every response: no script, style or frame from anywhere but here, none inline.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -118,10 +119,10 @@ class Console:
             session = self.sessions.new(LOCAL)
             fresh = True
         request["session"] = session
-        if session is not None:
-            request["flash"] = pages.take_flash(session)
+        if session is not None and request.path not in DATA_PATHS and not request.path.startswith("/static/"):
+            request["flash"] = pages.take_flash(session)        # for the page, not a script's fetch
         if session is None and not request.path.startswith(OPEN_PATHS):
-            if request.method == "GET" and request.path not in ("/events", "/history.json", "/search.json"):
+            if request.method == "GET" and request.path not in DATA_PATHS:
                 raise web.HTTPSeeOther("/signin?next=" + quote(request.path_qs, safe=""))
             return self.error(request, 401, "sign in first")
         if request.method == "POST" and request.path != "/signin":
