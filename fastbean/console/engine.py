@@ -97,10 +97,13 @@ class Reader:
         return out
 
     def tube_names(self, sees, limit):
-        """Up to limit names of tubes sees(name bytes) allows, sorted."""
+        """The names of the tubes sees(name bytes) allows, sorted; none when
+        there are more than limit tubes (a list to pick from, not to page)."""
         names = getattr(self.core, "tube_names", None)
         raw = names() if names is not None else [row[0] for row in tube_rows(self.core, 1 << 30)[0]]
-        return [tube_name(n) for n in sorted(n for n in raw if sees(n))[:limit]]
+        if len(raw) > limit:
+            return []
+        return [tube_name(n) for n in sorted(n for n in raw if sees(n))]
 
     @staticmethod
     def columns(row):
