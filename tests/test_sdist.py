@@ -17,8 +17,8 @@ TOP = {"LICENSE", "CHANGELOG.md", "CONTRIBUTING.md", "README.md", "MANIFEST.in",
        "setup.py"}
 # the folders whose tracked files all go in
 FOLDERS = ("fastbean/", "tests/", "benchmarks/", "tools/", "contrib/", "docs/")
-# what setuptools adds
-GENERATED = {"PKG-INFO", "setup.cfg"}
+# what setuptools and setuptools-scm add
+GENERATED = {"PKG-INFO", "setup.cfg", "fastbean/_version.py"}
 
 
 def members(sdist):

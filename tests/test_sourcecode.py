@@ -315,19 +315,21 @@ PACKAGE = os.path.join(ROOT, "fastbean")
 # sockets, client) import only leaves. The admin tool and the testing package
 # run against servers over sockets, through the protocol client: they never
 # import the engine or the server.
-LEAVES = {"config", "errors", "logs", "wal", "sockets", "client", "version"}
+LEAVES = {"config", "errors", "logs", "wal", "sockets", "client", "version", "options"}
 MAY_IMPORT = {
     "leaf": LEAVES,
     "engine": {"config"},
     "binlog": LEAVES | {"engine", "binlog"},
     "replication": LEAVES | {"engine", "binlog", "replication"},
     "server": LEAVES | {"engine", "binlog", "replication", "server"},
-    "cli": LEAVES | {"server", "console"},
+    "cli": LEAVES | {"server", "binlog", "console"},   # binlog: the -b directory is looked at before listening
     # the web console sits above the server: it reads the engine, acts
     # through the server's role filter, and the CLI hands it to the server
     "console": LEAVES | {"engine", "server", "console"},
     "ctl": {"config", "errors", "client", "ctl", "version"},
     "testing": {"config", "errors", "client", "testing", "version"},
+    # the man pages are written from the server's option table and fastbean-ctl's parser
+    "manpages": LEAVES | {"ctl"},
 }
 # third-party packages only one part may import
 ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py"},
@@ -342,6 +344,8 @@ def part_of(path):
     name = os.path.splitext(top)[0]
     if name in ("cli", "__main__"):
         return "cli"
+    if name == "manpages":
+        return "manpages"
     if name == "__init__":
         return "leaf"               # the version only
     return "leaf"
@@ -349,7 +353,7 @@ def part_of(path):
 
 def target_part(module):
     """The part an imported fastbean module belongs to (None: not fastbean)."""
-    if module == "fastbean":
+    if module in ("fastbean", "fastbean._version"):     # _version.py: written by setuptools-scm
         return "version"
     if not module.startswith("fastbean."):
         return None

@@ -2,6 +2,7 @@
 """The queue engine (see core.pxd): Core and Conn, the API the Python layer calls."""
 
 cimport cython
+import collections
 import os
 
 from fastbean.config import BATCH_LIMIT, DEFAULT_BINLOG_SIZE, DEFAULT_MAX_JOB_SIZE
@@ -26,14 +27,15 @@ from fastbean.engine.wire cimport (
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
     MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
     MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_RESET, MSG_ADVANCED, MSG_FLUSHED,
-    MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH,
+    MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH, MSG_MOVED, MSG_REPRIORITIZED,
     OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
     OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
     OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT, OP_COUNT, OP_TEST_RESET,
     OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, OP_RESERVE_BATCH,
-    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, RETRY_SHOW, RETRY_DEFAULT,
+    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, OP_MOVE_JOB, OP_REPRIORITIZE_JOB,
+    RETRY_SHOW, RETRY_DEFAULT,
     ERR_NONE, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
 )
 
@@ -77,6 +79,15 @@ include "probes.pxi"
 # The bytes of a job's struct (the body follows it; JOB_SIZE_NO_WAL without a
 # binlog): tests hold it down, so that no feature makes every job bigger.
 JOB_STRUCT_BYTES = sizeof(Job)
+# What --max-memory counts for a job beside its body (metrics' help text says it).
+JOB_OVERHEAD_BYTES = JOB_OVERHEAD
+# The most bytes a job's full record adds to its body in a binlog file or a
+# replicated message: the tube name's length and a 200-byte name, the
+# record, the body's CRLF.
+FULL_RECORD_OVERHEAD = 4 + NAME_MAX + sizeof(Jobrec) + 2
+# core.wal_status(): live = bytes of the live jobs' full records, reserved =
+# bytes promised for their deletes, used and capacity of the current file, files.
+WalStatus = collections.namedtuple("WalStatus", "live reserved used capacity files")
 
 
 def put_tag(bytes rest):
@@ -150,6 +161,7 @@ cdef class Core:
         self.job_keys = {}
         self.gone = {}
         self.policies = {}
+        self.origins = {}
         self.default_policy = (int(retry_limit), dead_letter_tube or None) if retry_limit else None
         self.ext_items = {}
         self.wal_on = False
@@ -287,6 +299,15 @@ cdef class Core:
     def has_job(self, uint64_t id):
         return job_find(self, id) != NULL
 
+    def job_origin(self, uint64_t id):
+        """The tube (bytes) a retry limit moved job id from to its dead-letter
+        tube, or None: no such job, not a dead letter, or moved since by
+        move-job (retry.pxi). The console requeues a dead letter there."""
+        cdef Job *j = job_find(self, id)
+        if j == NULL or not j.flags & JOB_ORIGIN:
+            return None
+        return self.origins[id]
+
     def job_tube(self, uint64_t id):
         """The name of the tube job id is in, or None if there is no such job
         (roles: a restricted client may touch only jobs of its tubes)."""
@@ -411,9 +432,8 @@ cdef class Core:
         return self.wal_seq
 
     def wal_status(self):
-        """(live, reserved, used, capacity, files): live = bytes of the live jobs'
-        full records; reserved = bytes promised for their deletes."""
-        return (self.wal_live, self.wal_resv, self.wal_used, self.wal_cap, self.nwfiles)
+        """The binlog's sizes, a WalStatus."""
+        return WalStatus(self.wal_live, self.wal_resv, self.wal_used, self.wal_cap, self.nwfiles)
 
     def replay(self, data, int64_t seq):
         """Apply the records of binlog.<seq> (its whole contents).

@@ -2,7 +2,7 @@
 # encoding a job's record and reading records back. The files are
 # binlog.py's business, the space and ownership walg.pxi's.
 #
-# Offers: WAL_SHORT, WAL_HEADER, EXT_ID, EXT_TUBE, EXT_KEY, EXT_GONE, EXT_POLICY,
+# Offers: WAL_SHORT, WAL_HEADER, EXT_ID, EXT_TUBE, EXT_KEY, EXT_GONE, EXT_POLICY, EXT_ORIGIN,
 #   wal_full_size, rec_fill, rec_fill_marker, ext_rec, header_check, rec_read.
 # Python: FILE_HEADER, FILE_FIRST_RECORD, id_marker.
 # Uses: clock.
@@ -31,12 +31,15 @@ cdef enum:
 #               deadline_at: the cooldown's end, wall ns
 #   EXT_POLICY  name: the dead-letter tube, or empty (bury); reserve_ct: the
 #               retry limit; kick_ct: 1 = back to the server's default
+#   EXT_ORIGIN  name: the tube job `delay` was dead-lettered from, whose full
+#               record comes next
 cdef uint64_t EXT_ID = 0xffffffffffffffff
 cdef enum:
     EXT_TUBE = 1
     EXT_KEY = 2
     EXT_GONE = 3
     EXT_POLICY = 4
+    EXT_ORIGIN = 5
 
 
 cdef int32_t _version = WAL_VERSION

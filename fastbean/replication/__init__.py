@@ -39,6 +39,7 @@ import time
 import uuid
 
 from fastbean.client import tls_context
+from fastbean.engine.core import FULL_RECORD_OVERHEAD
 from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
 from fastbean.logs import counted, event
 from fastbean.replication.follower import Follower
@@ -142,7 +143,7 @@ class Replicator:
         try:
             ttl = await self.link.connect()
             limit = self.link.max_payload - HEADROOM
-            if self.max_job_size + 2 + 4 + 200 + 80 > limit:
+            if self.max_job_size + FULL_RECORD_OVERHEAD > limit:
                 raise ReplicationError("-z %d does not fit in a NATS message (max_payload %d)"
                                        % (self.max_job_size, self.link.max_payload))
             self.publisher.max_payload = limit

@@ -104,8 +104,7 @@ class StreamLog:
         jobs = core.replay_finish()
         self.parts.start(part)
         self._acked(part, 0, seq, 0)
-        live, resv, used, cap, nparts = core.wal_status()
-        cap = self.parts.capacity(resv)
+        cap = self.parts.capacity(core.wal_status().reserved)
         self.engine_part = part
         self._mirror_part(part, cap)
         core.set_wal_piece(self.publisher.max_payload)
@@ -199,8 +198,8 @@ class StreamLog:
         core = self.server.core
         gone = core.wal_collect()
         self.parts.unneeded(gone)
-        live, resv, used, cap, nparts = core.wal_status()
-        if compaction_due(self.parts.closed_bytes, used, live, resv, self.parts.size, nparts):
+        wal = core.wal_status()
+        if compaction_due(self.parts.closed_bytes, wal.used, wal.live, wal.reserved, self.parts.size, wal.files):
             more = core.wal_migrate(MIGRATE_BATCH) and core.wal_collect()
             if more:
                 self.parts.unneeded(more)

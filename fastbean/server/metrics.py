@@ -8,7 +8,14 @@ import os
 import platform
 
 from fastbean import __version__
-from fastbean.engine.core import TUBE_KEYS, TUBE_SUMMED, latency_histograms, stats_text, tube_rows
+from fastbean.engine.core import (
+    JOB_OVERHEAD_BYTES,
+    TUBE_KEYS,
+    TUBE_SUMMED,
+    latency_histograms,
+    stats_text,
+    tube_rows,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # `*` cannot appear in a tube name, so this label value never names a real tube.
@@ -140,7 +147,7 @@ def exposition(server):
     ready, _ = server.readiness()
     _metric(out, "fastbean_ready", "gauge", "1 when /readyz answers 200.", [("", int(ready))])
     _metric(out, "fastbean_memory_used_bytes", "gauge",
-            "Memory held by jobs, as --max-memory counts it (body + 208 bytes per job).",
+            "Memory held by jobs, as --max-memory counts it (body + %d bytes per job)." % JOB_OVERHEAD_BYTES,
             [("", core.mem_used)])
     _metric(out, "fastbean_memory_max_bytes", "gauge", "The --max-memory cap; 0 when there is none.",
             [("", core.max_memory)])
@@ -174,6 +181,10 @@ def exposition(server):
     _metric(out, "fastbean_jobs_dead_lettered_total", "counter",
             "Jobs moved to a dead-letter tube because they reached their tube's retry limit.",
             [("", core.dead_lettered)])
+    _metric(out, "fastbean_cmd_move_job_total", "counter", "move-job commands run.",
+            [("", core.move_job_ct)])
+    _metric(out, "fastbean_cmd_reprioritize_job_total", "counter", "reprioritize-job commands run.",
+            [("", core.reprioritize_job_ct)])
     _metric(out, "fastbean_put_key_hits_total", "counter",
             "Puts with an idempotency key answered with the job already holding it.",
             [("", core.key_hits)])

@@ -103,6 +103,7 @@ class Roles:
         if command in ("stats", "list-tubes"):
             return ALLOW if self.sees_server() else DENY
         # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats,
-        # retry-limit that sets; and
-        # delete-batch, whose ids would each need their tube judged: admin only
+        # retry-limit that sets; delete-batch, whose ids would each need their
+        # tube judged; move-job, which touches two tubes (the job's and the
+        # one named), and reprioritize-job, on jobs any worker may hold: admin only
         return DENY
