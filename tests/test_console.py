@@ -13,7 +13,6 @@ import urllib.request
 import pytest
 
 from fastbean.cli import BadValue, Usage, parse_args
-from fastbean.engine.core import Core
 from tests.consolekit import TOKENS, Node, wait_for
 from tests.servers import HOST, free_port
 
@@ -43,11 +42,6 @@ def guarded(tmp_path_factory):
     n.stop()
 
 
-# move-job, reprioritize-job and Core.job_origin come together from the ops
-# branch, which main takes before the release: until this branch has them,
-# the tests of what the console does with them wait (they pass with ops merged)
-needs_moves = pytest.mark.skipif(not hasattr(Core, "job_origin"),
-                                 reason="move-job, reprioritize-job and Core.job_origin come with the ops branch")
 
 
 # -- flags ---------------------------------------------------------------------------------
@@ -265,7 +259,6 @@ def test_job_actions_as_admin(node):
     c.close()
 
 
-@needs_moves
 def test_move_and_reprioritize_as_admin(node):
     http = node.http()
     c = node.client()
@@ -346,7 +339,6 @@ def test_monitor_is_refused_every_action(guarded):
     assert '"permission-denied"' in guarded.log()
 
 
-@needs_moves
 def test_monitor_may_not_move_or_reprioritize(guarded):
     http = guarded.http()
     http.signin("mon")
@@ -501,7 +493,6 @@ def test_search_runs_in_slices_and_keeps_its_bounds():
         search.Search(Reader(), None, "x" * 2000)
 
 
-@needs_moves
 def test_dead_letters_requeue_to_their_tube(node):
     c = node.client()
     c.use("flaky")
