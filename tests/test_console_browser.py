@@ -219,7 +219,8 @@ def test_search_finds_one_job_among_a_million(driver, node):
 
 
 # what docs/console.md shows: (width, height, size, scheme, pages)
-SHOT_SETS = ((1280, 860, "desktop", "light", ("overview", "tubes", "tube", "job", "search", "connections")),
+SHOT_SETS = ((1280, 860, "desktop", "light", ("overview", "tubes", "tube", "job", "search", "connections",
+                                              "dead")),
              (1280, 860, "desktop", "dark", ("overview", "job")),
              (390, 844, "phone", "light", ("overview", "tube")),
              (390, 844, "phone", "dark", ("overview",)))
@@ -233,12 +234,20 @@ def test_screenshots(node):
         c.use("mail-%02d" % i)
         for _ in range(i % 7):
             c.put(b'{"user": %d, "template": "welcome"}' % i)
+    c.use("webhooks")
+    c.retry_limit(1, "webhooks-dead")
+    c.watch("webhooks")
+    for i in range(4):
+        c.put(b'{"url": "https://example.com/hook/%d", "attempt": 1}' % i)
+        job_id, _ = c.job(b"reserve-with-timeout 1")
+        c.cmd(b"release %d 0 0" % job_id, b"RELEASED")
     c.close()
     stop = threading.Event()
     worker = threading.Thread(target=load, args=(node.server.port, stop), daemon=True)
     worker.start()
     paths = {"overview": "/", "tubes": "/tubes?sort=ready&dir=desc", "tube": "/tubes/emails",
-             "job": "/jobs/%d" % node.ids["ready"][0], "search": "/search?q=ann", "connections": "/connections"}
+             "job": "/jobs/%d" % node.ids["ready"][0], "search": "/search?q=ann", "connections": "/connections",
+             "dead": "/dead?tube=webhooks-dead"}
     try:
         for width, height, size, scheme, names in SHOT_SETS:
             d = new_driver(width, height)
