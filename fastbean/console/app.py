@@ -10,7 +10,7 @@ from aiohttp import web
 
 from fastbean import __version__
 from fastbean.console import pages
-from fastbean.console.engine import Reader, Unavailable
+from fastbean.console.engine import Reader
 from fastbean.console.history import Sampler
 from fastbean.console.sessions import COOKIE, LOCAL, Sessions
 from fastbean.logs import event
@@ -103,8 +103,6 @@ class Console:
                 raise
             reason = e.text if e.text and not e.text.startswith("%d:" % e.status) else e.reason
             return self.error(request, e.status, reason)
-        except Unavailable as e:
-            return self.error(request, 503, str(e))
         except Exception as e:  # noqa: BLE001 - a page's fault is logged and answered, never shown
             event(logging.ERROR, "console-error", "console: %(method)s %(path)s failed: %(error)s",
                   exc_info=True, method=request.method, path=request.path, error=repr(e))

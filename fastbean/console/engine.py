@@ -4,7 +4,7 @@ runs in slices of SLICE jobs with a loop turn between them, as flush-tube
 does, so a beanstalk client waits at most one slice."""
 import asyncio
 
-from fastbean.engine.core import TUBE_KEYS, stats_text, tube_rows
+from fastbean.engine.core import TUBE_KEYS, stats_text
 
 SLICE = 16384               # jobs a listing or a search looks at per loop turn
 TUBE_SLICE = 500            # tubes read per loop turn for /tubes
@@ -20,10 +20,6 @@ _INDEX = {column: TUBE_KEYS.index(key) for column, key in _KEY_OF.items()}
 # Listing.rows' fields, in their order
 ROW_FIELDS = ("id", "pri", "age", "time_left", "reserves", "releases", "timeouts", "buries", "kicks",
               "size", "head", "holder")
-
-
-class Unavailable(Exception):
-    """The engine of this build lacks what a page needs."""
 
 
 def parse_stats(text):
@@ -62,31 +58,20 @@ class Reader:
     def core(self):
         return self.server.core
 
-    def _need(self, name):
-        fn = getattr(self.core, name, None)
-        if fn is None:
-            raise Unavailable("this build's engine cannot show that (no Core.%s)" % name)
-        return fn
-
     def stats(self):
         return parse_stats(stats_text(self.core))
 
     def counters(self):
-        """stats' numbers, for the sampler: the engine's cheap call when it has one."""
-        counters = getattr(self.core, "counters", None)
-        return counters() if counters is not None else self.stats()
+        """stats' numbers by their names, for the sampler (no YAML)."""
+        return self.core.counters()
 
     async def tube_rows(self, sees, text=b""):
         """stats-tube's numbers of every tube sees(name bytes) allows whose name
         holds text: (name bytes, TUBE_KEYS values...) each. Read TUBE_SLICE
         tubes a loop turn: 10,000 tubes would hold the loop for tens of ms."""
         core = self.core
-        names = getattr(core, "tube_names", None)
-        if names is None:
-            rows, _ = tube_rows(core, 1 << 30)
-            return [row for row in rows if text in row[0] and sees(row[0])]
         out = []
-        every = names()
+        every = core.tube_names()
         for start in range(0, len(every), TUBE_SLICE):
             for name in every[start:start + TUBE_SLICE]:
                 if text in name and sees(name):
@@ -99,8 +84,7 @@ class Reader:
     def tube_names(self, sees, limit):
         """The names of the tubes sees(name bytes) allows, sorted; none when
         there are more than limit tubes (a list to pick from, not to page)."""
-        names = getattr(self.core, "tube_names", None)
-        raw = names() if names is not None else [row[0] for row in tube_rows(self.core, 1 << 30)[0]]
+        raw = self.core.tube_names()
         if len(raw) > limit:
             return []
         return [tube_name(n) for n in sorted(n for n in raw if sees(n))]
@@ -119,32 +103,25 @@ class Reader:
 
     def tube(self, name):
         """stats-tube's fields of tube name (bytes), or None."""
-        info = getattr(self.core, "tube_info", None)
-        if info is not None:
-            return info(name)
-        rows, _ = tube_rows(self.core, 1 << 30)
-        for row in rows:
-            if row[0] == name:
-                return dict(zip(TUBE_KEYS, row[1:]))
-        return None
+        return self.core.tube_info(name)
 
     def job(self, job_id):
-        return self._need("job_info")(job_id)
+        """stats-job's fields of a job, its size and holder, or None."""
+        return self.core.job_info(job_id)
 
     def body(self, job_id, limit=-1):
-        return self._need("job_body")(job_id, limit)
+        return self.core.job_body(job_id, limit)
 
     def origin(self, job_id):
-        """The tube a dead letter came from (bytes), or None (also without the engine's support)."""
-        origin = getattr(self.core, "job_origin", None)
-        return origin(job_id) if origin is not None else None
+        """The tube a dead letter came from (bytes), or None."""
+        return self.core.job_origin(job_id)
 
     async def listing(self, tube, state, after=None, count=50):
         """One page of tube's jobs in state: the engine's Listing, built in slices."""
-        listing = self._need("listing")(tube, state, after, count)
+        listing = self.core.listing(tube, state, after, count)
         while not listing.step(SLICE):
             await asyncio.sleep(0)
         return listing
 
     def scan(self, tube=None, states=None, needle=None, bodies=False):
-        return self._need("scan")(tube=tube, states=states, needle=needle, bodies=bodies)
+        return self.core.scan(tube=tube, states=states, needle=needle, bodies=bodies)

@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from fastbean.console import actions
-from fastbean.console.engine import ROW_FIELDS, STATES, TUBE_COLUMNS, Unavailable, parse_stats, tube_name
+from fastbean.console.engine import ROW_FIELDS, STATES, TUBE_COLUMNS, parse_stats, tube_name
 from fastbean.console.search import DEFAULT_MATCHES, MAX_MATCHES, BadQuery, Search
 from fastbean.console.sessions import COOKIE, MONITOR
 from fastbean.logs import event
@@ -289,19 +289,15 @@ async def tube(request):
         raise web.HTTPBadRequest(text="no state %s (ready, delayed, reserved, buried)" % _short(state))
     count = _opt_int(request.query, "count", JOBS_PAGE, 1, MAX_PAGE)
     after = _cursor(request.query.get("after"))
-    rows, total, more, missing = [], info.get("current-jobs-" + state, 0), None, None
-    try:
-        listing = await console.reader.listing(raw, state, after, count)
-    except Unavailable as e:
-        missing = str(e)        # the tube's numbers and actions still serve
-    else:
-        holders = _holders(console.server) if state == "reserved" else None
-        rows, total = [_row(r, holders) for r in listing.rows], listing.total
-        if listing.after is not None:
-            more = _page_link(request, after=".".join(str(x) for x in listing.after))
+    listing = await console.reader.listing(raw, state, after, count)
+    holders = _holders(console.server) if state == "reserved" else None
+    rows = [_row(r, holders) for r in listing.rows]
+    more = None
+    if listing.after is not None:
+        more = _page_link(request, after=".".join(str(x) for x in listing.after))
     return console.render(request, "tube.html", name=name, info=info, state=state, states=STATES,
-                          rows=rows, total=total, more=more, first=_page_link(request, after=None),
-                          paged=after is not None, missing=missing)
+                          rows=rows, total=listing.total, more=more, first=_page_link(request, after=None),
+                          paged=after is not None)
 
 
 def _form_int(form, key, what, low=0, high=(1 << 63) - 1):
@@ -551,8 +547,7 @@ def _dead_tubes(console, session):
     if default:
         tubes.add(default.encode())
     core = console.server.core
-    names = getattr(core, "tube_names", None)
-    for name in names() if names is not None else ():
+    for name in core.tube_names():
         info = core.tube_info(name)
         dead = info.get("dead-letter-tube") if info is not None else None
         if dead:

@@ -6,7 +6,7 @@ import asyncio
 import re
 import time
 
-from fastbean.console.engine import STATES, Unavailable
+from fastbean.console.engine import STATES
 
 MAX_MATCHES = 1000          # the most matches a search may ask for
 DEFAULT_MATCHES = 100
@@ -97,9 +97,6 @@ class Search:
             await self._scan()
         except asyncio.CancelledError:
             self._end("cancelled")
-        except Unavailable as e:
-            self.error = str(e)
-            self._end("failed")
         else:
             self._end("done")
 
