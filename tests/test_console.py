@@ -379,9 +379,6 @@ def test_console_over_https(tmp_path):
         n.stop()
 
 
-def test_tokens_file_names():
-    assert set(TOKENS) == {"boss", "mon", "prod"}
-
 
 # -- the other pages -----------------------------------------------------------------------
 
