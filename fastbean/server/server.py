@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from typing import Any, Optional, Type
 
 from fastbean import __version__
@@ -51,7 +52,7 @@ def new_event_loop():
 
 
 class Server:
-    def __init__(self, config, loop, notifier=None, certificates=None, auth=None):
+    def __init__(self, config, loop, notifier=None, certificates=None, auth=None, console=None):
         self.config = config
         self.certificates = certificates    # a tls.Certificates with --tls-cert
         self.auth = auth                    # a tokens.TokenAuth with --auth-tokens (TLS listeners ask)
@@ -88,6 +89,9 @@ class Server:
         self.listeners = []
         self.notifier = notifier if notifier is not None else Notifier()
         self.endpoint = None        # the HTTP endpoint, with --metrics
+        self.console = None         # the web console (fastbean.console.Console), with --console
+        self._console_class = console   # what makes it: the CLI hands it over (the console imports the server)
+        self.started_at = None      # time.time() when it began serving
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
         self._stopping = False
         self._drained = None        # while draining: no job reserved at the last look
@@ -250,14 +254,18 @@ class Server:
             srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG)
         self.listeners.append(srv)
 
-    async def start(self, listeners, metrics_sock=None):
+    async def start(self, listeners, metrics_sock=None, console_sock=None):
         """Serve on listeners (sockets.Listener: a socket, and whether it speaks TLS)."""
+        self.started_at = time.time()
         # The HTTP endpoint and the watchdog come first: /readyz answers 503
         # while the binlog replays, a file at a time between loop turns.
         if metrics_sock is not None:
             self.endpoint = Endpoint(self, self.auth if self.config.metrics_auth else None,
                                      self.config.health_auth)
             await self.endpoint.start(metrics_sock, self.certificates.context if self.config.metrics_tls else None)
+        if console_sock is not None:
+            self.console = self._console_class(self)
+            await self.console.start(console_sock, self.certificates.context if self.config.console_tls else None)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
         if self.replicator is not None:
@@ -299,10 +307,10 @@ class Server:
         if self.notifier.enabled or self.config.max_memory:
             self._every(STATUS_INTERVAL, self._check)
 
-    async def serve(self, listeners, metrics_sock=None):
+    async def serve(self, listeners, metrics_sock=None, console_sock=None):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
         self._stopped = self.loop.create_future()
-        await self.start(listeners, metrics_sock)
+        await self.start(listeners, metrics_sock, console_sock)
         # The CLI blocked these signals before it opened the sockets: clients
         # can connect (and signal) before the loop runs. With the handlers in
         # place, whatever came meanwhile is delivered now instead of lost.
@@ -394,6 +402,8 @@ class Server:
                   + " still open at exit", connections=len(self.connections))
         if self.endpoint is not None:       # /readyz said "stopping" until now
             self.endpoint.close()
+        if self.console is not None:
+            await self.console.close()
         if self.log is not None:
             self.log.close()
         if self._stopped is not None:
@@ -411,20 +421,21 @@ def preload(config):
         import fastbean.replication  # noqa: F401
 
 
-def run(config, listeners, metrics_sock=None, certificates=None, auth=None):
+def run(config, listeners, metrics_sock=None, certificates=None, auth=None, console_sock=None, console=None):
     """Serve on the given listeners (sockets.Listener) until SIGTERM/SIGINT; return
     the exit status. certificates: the tls.Certificates of the TLS listeners;
-    auth: the tokens.TokenAuth they ask clients for."""
+    auth: the tokens.TokenAuth they ask clients for; console: the class of
+    the web console to serve on console_sock."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_malloc()
     if not prefault_arenas():
         event(logging.WARNING, "no-prefault", "could not start the page-prefault thread; new "
               "memory is faulted in on the loop")
-    server = Server(config, loop, certificates=certificates, auth=auth)
+    server = Server(config, loop, certificates=certificates, auth=auth, console=console)
     status = 0
     try:
-        status = loop.run_until_complete(server.serve(listeners, metrics_sock))
+        status = loop.run_until_complete(server.serve(listeners, metrics_sock, console_sock))
     except BinlogLockedError as e:
         event(logging.ERROR, "binlog-locked", "%(error)s", error=str(e), status=e.status)
         status = e.status
