@@ -324,18 +324,24 @@ MAY_IMPORT = {
     "server": LEAVES | {"engine", "binlog", "replication", "server"},
     "cli": LEAVES | {"server"},
     "ctl": {"config", "errors", "client", "ctl", "version"},
-    "testing": {"config", "errors", "client", "testing", "version"},
+    "testing": {"config", "errors", "client", "testing", "version", "tasks"},
+    "client": {"errors", "client"},
+    # the worker and the task API run on the client, never on the server
+    "worker": {"errors", "client", "logs", "version", "worker"},
+    "tasks": {"errors", "client", "worker", "tasks"},
 }
 # third-party packages only one part may import
-ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py"}}
+ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py", "worker.py"}}
 
 
 def part_of(path):
     """The part a source file (relative to fastbean/) belongs to."""
     top = path.split("/")[0]
-    if top in ("engine", "binlog", "replication", "server", "ctl", "testing"):
+    if top in ("engine", "binlog", "replication", "server", "ctl", "testing", "client"):
         return top
     name = os.path.splitext(top)[0]
+    if name in ("worker", "tasks"):
+        return name
     if name in ("cli", "__main__"):
         return "cli"
     if name == "__init__":
