@@ -327,8 +327,9 @@ MAY_IMPORT = {
     "testing": {"config", "errors", "client", "testing", "version", "tasks"},
     "client": {"errors", "client"},
     # the worker and the task API run on the client, never on the server
-    "worker": {"errors", "client", "logs", "version", "worker"},
+    "worker": {"errors", "client", "logs", "version", "worker", "ctl"},
     "tasks": {"errors", "client", "worker", "tasks"},
+    "init": LEAVES | {"tasks"},
 }
 # third-party packages only one part may import
 ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py", "worker.py"}}
@@ -344,8 +345,8 @@ def part_of(path):
         return name
     if name in ("cli", "__main__"):
         return "cli"
-    if name == "__init__":
-        return "leaf"               # the version only
+    if name == "__init__" and path == "__init__.py":
+        return "init"               # the version, and fastbean.Tasks when asked for
     return "leaf"
 
 
