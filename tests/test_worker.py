@@ -282,7 +282,8 @@ def test_metrics_endpoint(app, workers, fastbean_node):
 def test_usage_errors(app):
     env = dict(os.environ, PYTHONPATH=ROOT)
     for args, says in ([["handlers:ok"], "no tube"], [["handlers:nothing", "-t", "x"], "cannot load"],
-                       [["handlers", "-t", "x"], "MODULE:CALLABLE"], [["handlers:ok", "--tube=-x"], "cannot start with"]):
+                       [["handlers", "-t", "x"], "MODULE:CALLABLE"],
+                       [["handlers:ok", "--tube=-x"], "cannot start with"]):
         p = subprocess.run([sys.executable, "-m", "fastbean.worker", *args], cwd=str(app), env=env,
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
