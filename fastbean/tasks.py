@@ -155,11 +155,11 @@ class Task(Generic[R]):
             key = self.unique_key
         else:
             digest = hashlib.sha256(_dumps({"args": list(args), "kwargs": kwargs})).hexdigest()[:32]
-            key = "%s:%s" % (self.name, digest)
+            key = "%s/%s" % (self.name, digest)
         raw = key.encode("utf-8", "replace")
-        if not 1 <= len(raw) <= KEY_MAX or any(c <= 32 or c > 126 for c in raw):
-            # any text works as a key: one the server would refuse is hashed
-            key = "%s:%s" % (self.name[:100], hashlib.sha256(raw).hexdigest()[:40])
+        if not 1 <= len(raw) <= KEY_MAX or any(c <= 32 or c > 126 or c == 58 for c in raw):
+            # any text works as a key: one the server would refuse (spaces, colons...) is hashed
+            key = "%s/%s" % (self.name[:100].replace(":", "."), hashlib.sha256(raw).hexdigest()[:40])
         return key
 
     def apply(self, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None, *,

@@ -18,6 +18,7 @@ from fastbean.client._protocol import (
     TIMEOUT,
     Address,
     Backoff,
+    BadFormat,
     Call,
     ConnectError,
     ConnectionLost,
@@ -213,6 +214,10 @@ class AsyncClient:
             raise ConnectionLost("lost the connection to %s: %s" % (self.where, _reason(e))) from None
         except ConnectionLost:
             self._close()
+            raise
+        except BadFormat:
+            if call.name == "put":
+                self._close()   # the body is read as a command: the replies no longer match
             raise
         except asyncio.CancelledError:
             self._close()

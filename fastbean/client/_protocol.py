@@ -288,6 +288,9 @@ def key_tag(key: str | bytes, cooldown: int = 0) -> bytes:
     k = key.encode() if isinstance(key, str) else key
     if not 1 <= len(k) <= 200 or any(c <= 32 or c > 126 for c in k):
         raise ValueError("a key is 1 to 200 printable ASCII bytes without spaces")
+    if b":" in k:
+        # the server reads `:DIGITS` at the end as the cooldown and refuses any other colon
+        raise ValueError("a key cannot hold ':' (give the cooldown as cooldown=)")
     return b"idp:" + k + (b":%d" % cooldown if cooldown else b"")
 
 

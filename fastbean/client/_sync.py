@@ -21,6 +21,7 @@ from fastbean.client._protocol import (
     TIMEOUT,
     Address,
     Backoff,
+    BadFormat,
     Call,
     ConnectError,
     ConnectionLost,
@@ -483,6 +484,13 @@ class Client:
         try:
             self._send(call.data)
             return self._drive(call.read(self.where))
+        except BadFormat:
+            if call.name == "put":
+                # the server reads the body that follows as a command, and answers it:
+                # the replies no longer match the commands
+                self._lost = True
+                self.sock.close()
+            raise
         finally:
             if extra:
                 self.sock.settimeout(before)
