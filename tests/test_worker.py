@@ -289,6 +289,50 @@ def test_usage_errors(app):
         assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
 
 
+def test_a_worker_over_several_nodes(app, tmp_path):
+    from fastbean.client import Pool
+    with Server("fastbean") as a, Server("fastbean") as b:
+        a.start()
+        b.start()
+        tubes = ["spread-%d" % k for k in range(12)]
+        with Pool([a.address, b.address]) as pool:
+            jobs = [pool.put(t, b"x") for t in tubes]
+            assert {j.node for j in jobs} == {0, 1}
+        args = ["--node", "127.0.0.1:%d" % a.port, "--node", "127.0.0.1:%d" % b.port]
+        for t in tubes:
+            args += ["-t", t]
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        log = tmp_path / "pool-worker.log"
+        with open(log, "wb") as err:
+            p = subprocess.Popen([sys.executable, "-m", "fastbean.worker", "handlers:ok", "-c", "2", *args],
+                                 cwd=str(app), env=env, stderr=err, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: all(empty(a, t) and empty(b, t) for t in tubes), why=log.read_text)
+            done = [json.loads(x) for x in log.read_text().splitlines() if '"job-done"' in x]
+            assert sorted(e["tube"] for e in done) == sorted(tubes)
+        finally:
+            p.kill()
+            p.wait()
+
+
+def test_a_worker_over_tls_with_a_token(app, workers, tmp_path):
+    from tests.certs import Pki
+    from tests.test_auth import tokens_file
+    from tests.test_tls import tls_server
+    pki = Pki(str(tmp_path))
+    token = "w-00112233445566778899aabbccddeeff"
+    (tmp_path / "token").write_text(token + "\n")
+    s = tls_server(pki.server, "--auth-tokens", tokens_file(tmp_path / "tokens", {"w": token}), ca=pki.ca.cert)
+    try:
+        (jid,) = put_all(s, "secure", [b"x"])          # through the plain port
+        w = workers(app, "handlers:ok", s, "-t", "secure", "-p", str(s.tls_port), "--tls-ca", pki.ca.cert,
+                    "--tls-cert", pki.client[0], "--tls-key", pki.client[1], "--tls-server-name", "localhost",
+                    "--auth-token-file", str(tmp_path / "token"))
+        assert [e["id"] for e in w.wait_event("job-done")] == [jid]
+    finally:
+        s.stop()
+
+
 # -- what the audit asks: kill -9 of the worker, and of the node
 
 def test_kill_9_of_the_worker_mid_job_loses_nothing(app, workers, fastbean_node):
