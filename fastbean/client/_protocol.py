@@ -617,7 +617,7 @@ def list_tube(state: str, cursor: str, count: int) -> Call[Tuple[List[ListedJob]
 
 
 def move_job(job_id: int, tube: str | bytes) -> Call[None]:
-    return _simple("move-job", b"move-job %d %s" % (job_id, tube_bytes(tube)), b"MOVED", _none, True)
+    return _simple("move-job", b"move-job %d %s" % (job_id, tube_bytes(tube)), b"MOVED", _none)
 
 
 def reprioritize_job(job_id: int, pri: int) -> Call[None]:
