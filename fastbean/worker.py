@@ -457,10 +457,13 @@ class Worker:
                 seen_reconnects = c.reconnects
                 _event(logging.INFO, "worker-reconnected", "connected again to %(node)s", node=c.where)
             if self._stop.is_set():
-                # reserved as the stop came: give them back at once
-                for j in jobs:
+                # reserved as the stop came: give them back at once, with their priority
+                if jobs and not lane.running:
+                    await c.close()         # a close gives them back, and is not an attempt
+                for j in jobs if lane.running else ():
                     try:
-                        await c.release(j.id, DEFAULT_PRI, 0)
+                        pri = int((await c.stats_job(j.id)).get("pri", DEFAULT_PRI))
+                        await c.release(j.id, pri, 0)
                     except ClientError:
                         pass
                 break

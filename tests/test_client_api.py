@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from fastbean.client import (
+    ERROR_CLASSES,
     AsyncClient,
     AsyncPool,
     Backoff,
@@ -228,6 +229,17 @@ def test_async_clients_share_one_connection_between_tasks(node):
             assert sorted(ids) == sorted(set(ids))
             assert (await a.stats_tube(tube))["current-jobs-ready"] == 50
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("word", sorted(ERROR_CLASSES))
+def test_every_error_reply_has_its_exception(word):
+    from fastbean.client import _protocol as P
+    reader = P.stats().read("here")
+    next(reader)
+    with pytest.raises(ERROR_CLASSES[word]) as e:
+        reader.send(word)
+    assert isinstance(e.value, ServerError) and e.value.reply == word
+    assert type(e.value).__name__.upper() == word.decode().replace("_", "")
 
 
 def test_put_on_buried_reply_names_the_job():
