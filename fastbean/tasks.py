@@ -390,6 +390,8 @@ class Tasks:
             def fail(job: Job) -> None:
                 raise error
             return Dispatch(fail, False, None)
+        if job.tube is None:
+            job.tube = task.tube        # the worker need not ask the server
         call_args = ((job,) if task.bind else ()) + tuple(args)
         fn = task.fn
         return Dispatch(lambda _job: fn(*call_args, **kwargs), task.is_async, self.retry_policy(task))

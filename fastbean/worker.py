@@ -236,7 +236,8 @@ class Worker:
     concurrency: jobs run at once. batch: jobs a lane reserves at once (default
     min(concurrency, 16)). grace: seconds running jobs get after stop().
     fetch_tube: with several tubes on a node, look up each job's tube
-    (stats-job) so that job.tube is set. reconnect: the connections' Backoff.
+    (stats-job, one round trip) so that job.tube is set; a dispatching
+    handler sets it itself. reconnect: the connections' Backoff.
 
     await run() (or run_forever() from a thread with no loop) until stop().
     `ready` is set once every lane is connected and watching."""
@@ -517,7 +518,7 @@ class Worker:
 
         outcome, error = "deleted", None
         try:
-            if job.tube is None and self.fetch_tube:
+            if job.tube is None and self.fetch_tube and self._dispatch is None:
                 try:
                     job.tube = str((await lane.client.stats_job(job.id)).get("tube"))
                 except ServerError:
