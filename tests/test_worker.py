@@ -435,3 +435,13 @@ def test_worker_in_process_with_a_thread_handler(fastbean_node):
         worker.stop()
         thread.join(30)
     assert seen == ["threads", "threads"]
+
+
+def test_the_console_script_is_declared():
+    tomllib = pytest.importorskip("tomllib")
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["scripts"]["fastbean-worker"] == "fastbean.worker:main"
+    p = subprocess.run([sys.executable, "-m", "fastbean.worker", "--help"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    assert p.returncode == 0 and "--auth-token-file" in p.stdout and "--concurrency" in p.stdout
