@@ -554,6 +554,9 @@ class Worker:
             raise
         except ClientError as e:
             outcome, error = "lost", e
+        except Exception as e:      # a fault of the worker's own: logged, the job left to its TTR
+            log.exception("job %d: the worker failed handling it", job.id)
+            outcome, error = "lost", e
         finally:
             check.cancel()
             if keeper is not None:
