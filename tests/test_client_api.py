@@ -6,6 +6,7 @@ import random
 import signal
 import socket
 import threading
+import time
 
 import pytest
 
@@ -158,6 +159,10 @@ def test_draining(node, kind):
     node.signal(signal.SIGUSR1)
     try:
         client = connect(kind, node.address)
+        deadline = time.monotonic() + 30
+        while client.stats()["draining"] is not True:       # the signal is taken in its own time
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         with pytest.raises(Draining):
             client.put(b"refused")
         client.close()
@@ -342,19 +347,24 @@ class Standby:
 
     def __init__(self):
         self.sock = socket.create_server((HOST, 0))
+        self.sock.settimeout(0.05)      # so that close() is seen soon
         self.port = self.sock.getsockname()[1]
+        self.closed = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
     def _serve(self):
-        while True:
+        while not self.closed:
             try:
                 conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
             conn.close()
 
     def close(self):
+        self.closed = True
         self.sock.close()
         self.thread.join(5)
 
