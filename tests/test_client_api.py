@@ -473,3 +473,22 @@ def test_async_pool_routes_like_the_pool(three):
             assert await pool.peek(job) == b"x"
             await pool.delete(job)
     asyncio.run(main())
+
+
+def test_put_in_keeps_concurrent_tasks_apart(node):
+    # use + put from many tasks on one AsyncClient: each job lands in its own tube
+    async def main():
+        async with AsyncClient(node.address) as a:
+            tubes = [fresh("apart") for _ in range(8)]
+            ids = await asyncio.gather(*(a.put_in(t, t.encode()) for t in tubes * 5))
+            for (jid, state), t in zip(ids, tubes * 5):
+                assert state is None and (await a.stats_job(jid))["tube"] == t
+            assert await a.list_tube_used() == tubes[-1]
+            if node.kind == "fastbean":
+                first = await a.put_in(tubes[0], b"k", key="k1", cooldown=5)
+                again = await a.put_in(tubes[0], b"k", key="k1")
+                assert first[1] is None and again == (first[0], "ready")
+    asyncio.run(main())
+    with Client(node.address) as c:
+        jid, _ = c.put_in("blocking-in", b"x")
+        assert c.stats_job(jid)["tube"] == "blocking-in" and c.list_tube_used() == "blocking-in"

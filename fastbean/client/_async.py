@@ -64,7 +64,7 @@ class AsyncClient:
         self._connections = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._used: bytes = b"default"
+        self._used: bytes | None = b"default"
         self._want_used = b"default"
         self._watched: List[bytes] = [b"default"]
         self._lock = asyncio.Lock()
@@ -270,6 +270,18 @@ class AsyncClient:
                          delay: int = 0, ttr: int = DEFAULT_TTR) -> tuple[int, str | None]:
         """A job unless one put with this key is live (see Client.put_unique)."""
         return await self._run(P.put_unique(body, key, cooldown, pri, delay, ttr))
+
+    async def put_in(self, tube: str | bytes, body: bytes, pri: int = DEFAULT_PRI, delay: int = 0,
+                     ttr: int = DEFAULT_TTR, key: str | bytes | None = None,
+                     cooldown: int = 0) -> tuple[int, str | None]:
+        """use(tube) and put (put_unique with a key) in one write, so that no
+        other task sharing the connection can slip a use in between: (id,
+        None), or with a key (id, state) as put_unique returns."""
+        name = P.tube_bytes(tube)
+        self._used = None
+        result = await self._run(P.put_in(name, body, pri, delay, ttr, key, cooldown))
+        self._used = self._want_used = name
+        return result
 
     # -- consuming
 

@@ -213,7 +213,8 @@ def _watch_only(c: Client, tube: bytes) -> None:
 
 class AsyncPool:
     """Pool for asyncio: the same routing over AsyncClients, for producers
-    (put, put_unique, stats_tube and the job commands)."""
+    (put, put_unique, stats_tube and the job commands). Tasks may share it:
+    each put names its tube in the same write (AsyncClient.put_in)."""
 
     def __init__(self, nodes: Sequence[Node], timeout: float | None = TIMEOUT, *,
                  tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
@@ -244,17 +245,14 @@ class AsyncPool:
     async def put(self, tube: str | bytes, body: bytes, pri: int = DEFAULT_PRI, delay: int = 0,
                   ttr: int = DEFAULT_TTR) -> PoolJob:
         node = self.node_of(tube)
-        c = self._clients[node]
-        await c.use(tube)
-        return PoolJob(await c.put(body, pri, delay, ttr), body, node)
+        jid, _ = await self._clients[node].put_in(tube, body, pri, delay, ttr)
+        return PoolJob(jid, body, node)
 
     async def put_unique(self, tube: str | bytes, body: bytes, key: str | bytes, cooldown: int = 0,
                          pri: int = DEFAULT_PRI, delay: int = 0,
                          ttr: int = DEFAULT_TTR) -> Tuple[PoolJob, Optional[str]]:
         node = self.node_of(tube)
-        c = self._clients[node]
-        await c.use(tube)
-        jid, state = await c.put_unique(body, key, cooldown, pri, delay, ttr)
+        jid, state = await self._clients[node].put_in(tube, body, pri, delay, ttr, key, cooldown)
         return PoolJob(jid, body, node), state
 
     async def stats_tube(self, tube: str | bytes) -> Stats:

@@ -441,6 +441,27 @@ def put_unique(body: bytes, key: str | bytes, cooldown: int, pri: int, delay: in
                 read, idempotent=True)
 
 
+def put_in(tube: str | bytes, body: bytes, pri: int, delay: int, ttr: int,
+           key: str | bytes | None = None, cooldown: int = 0) -> Call[Tuple[int, Optional[str]]]:
+    """use and put (put_unique with key) in one write: nothing can come between
+    them, even from another task sharing the connection."""
+    inner = put_unique(body, key, cooldown, pri, delay, ttr) if key is not None else put(body, pri, delay, ttr)
+
+    def read(where: str) -> Reader[Tuple[int, Optional[str]]]:
+        failure: Optional[ServerError] = None
+        try:
+            yield from read_reply("use", where, (b"USING",))
+        except ServerError as e:
+            failure = e         # the put's reply comes all the same: read it first
+        words, _ = yield from read_reply("put", where, (b"INSERTED",))
+        if failure is not None:
+            raise failure
+        if len(words) < 2 or len(words) > 4 or not words[1].isdigit():
+            raise alien(where, b" ".join(words))
+        return int(words[1]), words[2].decode().lower() if len(words) > 2 else None
+    return Call("put", b"use " + tube_bytes(tube) + b"\r\n" + inner.data, read, inner.idempotent)
+
+
 def use(tube: str | bytes) -> Call[None]:
     return _simple("use", b"use " + tube_bytes(tube), b"USING", _none, True)
 

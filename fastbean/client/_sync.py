@@ -280,6 +280,18 @@ class Client:
         reply, so a reconnecting client does."""
         return self._run(P.put_unique(body, key, cooldown, pri, delay, ttr))
 
+    def put_in(self, tube: str | bytes, body: bytes, pri: int = DEFAULT_PRI, delay: int = 0,
+               ttr: int = DEFAULT_TTR, key: str | bytes | None = None,
+               cooldown: int = 0) -> tuple[int, str | None]:
+        """use(tube) and put (put_unique with a key) in one write, so that no
+        other task sharing the connection can slip a use in between: (id,
+        None), or with a key (id, state) as put_unique returns."""
+        name = P.tube_bytes(tube)
+        self._used = None
+        result = self._run(P.put_in(name, body, pri, delay, ttr, key, cooldown))
+        self._used = self._want_used = name
+        return result
+
     # -- consuming
 
     def watch(self, tube: str | bytes) -> int:
