@@ -397,6 +397,21 @@ def test_ha_group_finds_the_primary(kind):
         standby.close()
 
 
+def test_ha_group_names_a_node_that_does_not_answer(kind):
+    silent = socket.create_server((HOST, 0))        # accepts (the kernel does), never answers
+    standby = Standby()
+    try:
+        addresses = [silent.getsockname()[:2], (HOST, standby.port)]
+        with pytest.raises(NoPrimary) as e:
+            connect(kind, addresses, timeout=0.3).stats()
+        assert e.value.tried == [("%s:%d" % addresses[0], "did not answer in time"),
+                                 ("%s:%d" % addresses[1], "closed the connection at once (a standby, or "
+                                  "not serving)")]
+    finally:
+        silent.close()
+        standby.close()
+
+
 def test_ha_group_fails_over_with_reconnect(kind):
     standby = Standby()
     try:

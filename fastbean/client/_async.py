@@ -105,11 +105,11 @@ class AsyncClient:
             self.address, self.where, self.connected = address, where, True
             try:
                 await self._restore(group)
-            except ConnectionLost:
+            except ConnectionLost as e:
                 self._close()
                 if not group:
                     raise
-                tried.append((where, STANDBY))
+                tried.append((where, "did not answer in time" if isinstance(e, NoReply) else STANDBY))
                 continue
             except BaseException:
                 self._close()

@@ -136,11 +136,11 @@ class Client:
             self.sock, self.address, self.where, self._buf, self._lost = sock, address, where, b"", False
             try:
                 self._restore(probe=group)
-            except ConnectionLost:
+            except ConnectionLost as e:
                 sock.close()
                 if not group:
                     raise
-                tried.append((where, STANDBY))
+                tried.append((where, "did not answer in time" if isinstance(e, NoReply) else STANDBY))
                 continue
             except BaseException:
                 sock.close()
