@@ -51,6 +51,7 @@ from fastbean.client import (
 from fastbean.client import (
     Job as ClientJob,
 )
+from fastbean.client import _protocol as P
 from fastbean.client import node_key as _node_key
 
 log = logging.getLogger("fastbean.worker")
@@ -98,7 +99,7 @@ class Job:
     None). stats() and touch() ask the server (from a thread handler);
     astats() and atouch() from a coroutine handler."""
 
-    __slots__ = ("id", "body", "tube", "reserved_at", "_lane", "_loop", "ttr")
+    __slots__ = ("id", "body", "tube", "reserved_at", "_lane", "_loop", "ttr", "_gen", "_run")
 
     def __init__(self, id: int, body: bytes, tube: Optional[str], lane: _Lane,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -107,6 +108,8 @@ class Job:
         self.tube = tube
         self.reserved_at = time.monotonic()
         self.ttr: Optional[int] = None
+        self._gen = lane.client.generation      # its reservation is this connection's
+        self._run = 0
         self._lane = lane
         self._loop = loop
 
@@ -114,10 +117,10 @@ class Job:
         return "<fastbean.worker.Job %d in %s>" % (self.id, self.tube)
 
     async def astats(self) -> Stats:
-        return await self._lane.client.stats_job(self.id)
+        return await self._lane.client.call(P.stats_job(self.id), self._gen)
 
     async def atouch(self) -> None:
-        await self._lane.client.touch(self.id)
+        await self._lane.client.call(P.touch(self.id), self._gen)
 
     def _call(self, coro: Awaitable[Any]) -> Any:
         try:
@@ -279,6 +282,7 @@ class Worker:
         self._is_async = inspect.iscoroutinefunction(handler) or \
             inspect.iscoroutinefunction(type(handler).__call__)
         self._lanes: List[_Lane] = []
+        self._runs = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -504,7 +508,9 @@ class Worker:
         job = Job(cj.id, cj.body, tube, lane, loop)
         self.metrics.reserved += 1
         self.metrics.running += 1
-        lane.running[cj.id] = loop.create_task(self._run_job(lane, job))
+        self._runs += 1
+        job._run = self._runs
+        lane.running[job._run] = loop.create_task(self._run_job(lane, job))
 
     async def _run_job(self, lane: _Lane, job: Job) -> None:
         loop = self._loop
@@ -520,7 +526,7 @@ class Worker:
         try:
             if job.tube is None and self.fetch_tube and self._dispatch is None:
                 try:
-                    job.tube = str((await lane.client.stats_job(job.id)).get("tube"))
+                    job.tube = str((await lane.client.call(P.stats_job(job.id), job._gen)).get("tube"))
                 except ServerError:
                     pass
             retry = self.retry
@@ -544,7 +550,7 @@ class Worker:
                 keeper.cancel()
             if error is None:
                 try:
-                    await lane.client.delete(job.id)
+                    await lane.client.call(P.delete(job.id), job._gen)
                 except NotFound:
                     outcome = "lost"
             else:
@@ -562,7 +568,7 @@ class Worker:
             if keeper is not None:
                 keeper.cancel()
             seconds = time.monotonic() - job.reserved_at
-            lane.running.pop(job.id, None)
+            lane.running.pop(job._run, None)
             self.metrics.running -= 1
             if outcome in self.metrics.outcomes:
                 self.metrics.outcomes[outcome] += 1
@@ -591,17 +597,17 @@ class Worker:
         c = lane.client
         pri, attempt = DEFAULT_PRI, 1
         try:
-            st = await c.stats_job(job.id)
+            st = await c.call(P.stats_job(job.id), job._gen)
             pri, attempt = int(st.get("pri", DEFAULT_PRI)), int(st.get("reserves", 1))
         except NotFound:
             return "lost"
         except NotPermitted:
             pass                # a token without monitor on the tube: no attempt count
         if retry.attempts is not None and attempt >= retry.attempts:
-            await c.bury(job.id, pri)
+            await c.call(P.bury(job.id, pri), job._gen)
             return "buried"
         try:
-            await c.release(job.id, pri, retry.delay(attempt))
+            await c.call(P.release(job.id, pri, retry.delay(attempt)), job._gen)
         except NotFound:
             return "lost"
         return "released"
@@ -611,13 +617,13 @@ class Worker:
         long as its handler runs."""
         c = lane.client
         try:
-            st = await c.stats_job(job.id)
+            st = await c.call(P.stats_job(job.id), job._gen)
             ttr, left = int(st["ttr"]), int(st["time-left"])
             job.ttr = ttr
             wait = max(0.0, (left - 1) / 2)
             while True:
                 await asyncio.sleep(wait)
-                await c.touch(job.id)
+                await c.call(P.touch(job.id), job._gen)
                 self.metrics.touches += 1
                 wait = max(0.1, (ttr - 1) / 2)
         except (ClientError, KeyError, ValueError):

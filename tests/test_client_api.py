@@ -507,3 +507,26 @@ def test_put_in_keeps_concurrent_tasks_apart(node):
     with Client(node.address) as c:
         jid, _ = c.put_in("blocking-in", b"x")
         assert c.stats_job(jid)["tube"] == "blocking-in" and c.list_tube_used() == "blocking-in"
+
+
+def test_a_reservation_stays_with_its_connection():
+    # the worker's delete of a job goes only on the connection that reserved it:
+    # after a reconnect the server has given the job out again, maybe to this client
+    from fastbean.client import _protocol as P
+
+    async def main(s):
+        async with AsyncClient(s.address, reconnect=QUICK) as a:
+            await a.use("held")
+            await a.watch("held")
+            await a.put(b"x")
+            job = await a.reserve()
+            reserved_on = a.generation
+            s.stop()
+            s.start()
+            assert (await a.stats())["pid"] == s.pid        # reconnected
+            with pytest.raises(ConnectionLost, match="reserved the job is gone"):
+                await a.call(P.delete(job.id), reserved_on)
+            assert (await a.stats_job(job.id))["state"] == "ready"
+    with Server("fastbean", binlog=True) as s:
+        s.start()
+        asyncio.run(main(s))

@@ -181,8 +181,28 @@ class AsyncClient:
 
     # -- inside
 
-    async def _run(self, call: Call[T]) -> T:
+    @property
+    def generation(self) -> int:
+        """How many connections this client has made: a reservation belongs to
+        the connection of its generation, and dies with it."""
+        return self._connections
+
+    async def call(self, call: Call[T], generation: int | None = None) -> T:
+        """Run one command of the table (fastbean.client._protocol). With
+        generation: only on that connection, never on a new one (ConnectionLost
+        if it is gone), for a command about a job it reserved."""
+        return await self._run(call, generation)
+
+    async def _run(self, call: Call[T], generation: int | None = None) -> T:
         async with self._lock:
+            if generation is not None:
+                if generation != self._connections or not self.connected:
+                    raise ConnectionLost("the connection to %s that reserved the job is gone" % self.where)
+                try:
+                    return await self._exec(call)
+                except ConnectionLost:
+                    self._close()
+                    raise
             while True:
                 if not self.connected:
                     if self._connections and self.reconnect is not None:
