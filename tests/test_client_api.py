@@ -530,3 +530,31 @@ def test_a_reservation_stays_with_its_connection():
     with Server("fastbean", binlog=True) as s:
         s.start()
         asyncio.run(main(s))
+
+
+def test_pipelined_commands_each_get_their_own_reply(node):
+    async def main():
+        async with AsyncClient(node.address) as a:
+            tube = fresh("pipe")
+            await a.use(tube)
+            ids = await asyncio.gather(*(a.put(b"body-%d" % k) for k in range(100)))
+
+            async def check(k):
+                if k % 3 == 0:
+                    with pytest.raises(NotFound):
+                        await a.peek(1 << 50)
+                elif k % 3 == 1:
+                    assert await a.peek(ids[k]) == b"body-%d" % k
+                else:
+                    assert (await a.stats_job(ids[k]))["id"] == ids[k]
+            await asyncio.gather(*(check(k) for k in range(100)))
+            # a command cancelled before its reply closes the connection: no reply is misread
+            await a.watch(fresh("empty"))
+            await a.ignore("default")
+            slow = asyncio.ensure_future(a.reserve_with_timeout(2))
+            await asyncio.sleep(0.05)
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            assert not a.connected
+    asyncio.run(main())

@@ -42,11 +42,12 @@ T = TypeVar("T")
 class AsyncClient:
     """The asyncio twin of Client: the same arguments and the same commands,
     each a coroutine. It connects on `await connect()`, in `async with`, or at
-    its first command. Commands from several tasks take turns on the one
-    connection (each waits for the previous reply); use one client per task
-    that blocks in reserve. A command cancelled while it waits for its reply
-    leaves the connection unusable (a late reply would answer the next one):
-    it is closed, and reconnected as `reconnect` allows."""
+    its first command. Tasks may share it: their commands are pipelined, each
+    written at once and reading its reply in turn (a command queued behind a
+    reserve waits for it: use one client per task that blocks in reserve). A
+    command cancelled before its reply leaves the connection unusable (a late
+    reply would answer the next one): it is closed, and reconnected as
+    `reconnect` allows."""
 
     def __init__(self, address: Address | Sequence[Address], timeout: float | None = TIMEOUT, *,
                  tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
@@ -67,7 +68,8 @@ class AsyncClient:
         self._used: bytes | None = b"default"
         self._want_used = b"default"
         self._watched: List[bytes] = [b"default"]
-        self._lock = asyncio.Lock()
+        self._lock_: asyncio.Lock | None = None         # connecting, and writing a command
+        self._tail: asyncio.Future[None] | None = None  # done when the last command written has its reply
 
     # -- connecting
 
@@ -157,6 +159,7 @@ class AsyncClient:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        self._tail = None
         self.connected = False
 
     async def close(self) -> None:
@@ -182,6 +185,13 @@ class AsyncClient:
     # -- inside
 
     @property
+    def _lock(self) -> asyncio.Lock:
+        # made in the loop that first uses it (Python 3.9 binds a lock to a loop when made)
+        if self._lock_ is None:
+            self._lock_ = asyncio.Lock()
+        return self._lock_
+
+    @property
     def generation(self) -> int:
         """How many connections this client has made: a reservation belongs to
         the connection of its generation, and dies with it."""
@@ -194,29 +204,75 @@ class AsyncClient:
         return await self._run(call, generation)
 
     async def _run(self, call: Call[T], generation: int | None = None) -> T:
-        async with self._lock:
-            if generation is not None:
-                if generation != self._connections or not self.connected:
-                    raise ConnectionLost("the connection to %s that reserved the job is gone" % self.where)
-                try:
-                    return await self._exec(call)
-                except ConnectionLost:
-                    self._close()
-                    raise
-            while True:
-                if not self.connected:
+        """Send a command and read its reply, reconnecting as self.reconnect says.
+        Commands are pipelined: each is written as soon as it is asked for, and
+        reads its reply once the previous command has read its own."""
+        while True:
+            async with self._lock:
+                if generation is not None:
+                    if generation != self._connections or not self.connected:
+                        raise ConnectionLost("the connection to %s that reserved the job is gone" % self.where)
+                elif not self.connected:
                     if self._connections and self.reconnect is not None:
                         await self._reconnect()
                     elif self._connections:
                         raise ConnectionLost("the connection to %s was lost" % self.where)
                     else:
                         await self.connect()
+                reader, writer, mine = self._reader, self._writer, self._connections
+                assert reader is not None and writer is not None
+                prev, done = self._tail, asyncio.get_running_loop().create_future()
+                self._tail = done
                 try:
-                    return await self._exec(call)
-                except ConnectionLost:
-                    self._close()
-                    if self.reconnect is None or not call.idempotent:
-                        raise
+                    writer.write(call.data)
+                    await writer.drain()
+                except (OSError, ssl.SSLError) as e:
+                    done.set_result(None)
+                    self._close_if(mine)
+                    lost: ConnectionLost | None = ConnectionLost(
+                        "lost the connection to %s: %s" % (self.where, _reason(e)))
+                else:
+                    lost = None
+            try:
+                if lost is not None:
+                    raise lost
+                return await self._reply(call, reader, prev, done, mine)
+            except ConnectionLost:
+                if generation is not None or self.reconnect is None or not call.idempotent:
+                    raise
+
+    def _close_if(self, generation: int) -> None:
+        if self._connections == generation:
+            self._close()
+
+    async def _reply(self, call: Call[T], reader: asyncio.StreamReader, prev: asyncio.Future[None] | None,
+                     done: asyncio.Future[None], mine: int) -> T:
+        limit = None if self.timeout is None or call.wait == FOREVER else self.timeout + call.wait
+        try:
+            if prev is not None:
+                await prev          # never fails: each command marks its turn done in the end
+            if self._connections != mine or not self.connected:
+                raise ConnectionLost("lost the connection to %s before the reply" % self.where)
+            return await asyncio.wait_for(self._drive(reader, call.read(self.where)), limit)
+        except asyncio.TimeoutError:
+            self._close_if(mine)
+            raise NoReply("no reply from %s after waiting %gs" % (self.where, limit or 0)) from None
+        except (OSError, ssl.SSLError) as e:
+            self._close_if(mine)
+            raise ConnectionLost("lost the connection to %s: %s" % (self.where, _reason(e))) from None
+        except ConnectionLost:
+            self._close_if(mine)
+            raise
+        except BadFormat:
+            if call.name == "put":
+                self._close_if(mine)    # the body is read as a command: the replies no longer match
+            raise
+        except asyncio.CancelledError:
+            self._close_if(mine)        # the reply would answer the next command
+            raise
+        finally:
+            if not done.done():
+                done.set_result(None)
 
     async def _exec(self, call: Call[T]) -> T:
         writer, reader = self._writer, self._reader
@@ -225,7 +281,8 @@ class AsyncClient:
         limit = None if self.timeout is None or call.wait == FOREVER else self.timeout + call.wait
         try:
             writer.write(call.data)
-            return await asyncio.wait_for(self._drive(reader, writer, call.read(self.where)), limit)
+            await writer.drain()
+            return await asyncio.wait_for(self._drive(reader, call.read(self.where)), limit)
         except asyncio.TimeoutError:
             self._close()
             raise NoReply("no reply from %s after waiting %gs" % (self.where, limit or 0)) from None
@@ -243,9 +300,7 @@ class AsyncClient:
             self._close()
             raise
 
-    async def _drive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     gen: Reader[T]) -> T:
-        await writer.drain()
+    async def _drive(self, reader: asyncio.StreamReader, gen: Reader[T]) -> T:
         try:
             need = next(gen)
             while True:
