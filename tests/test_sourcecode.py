@@ -327,27 +327,34 @@ MAY_IMPORT = {
     # through the server's role filter, and the CLI hands it to the server
     "console": LEAVES | {"engine", "server", "console"},
     "ctl": {"config", "errors", "client", "ctl", "version"},
-    "testing": {"config", "errors", "client", "testing", "version"},
+    "testing": {"config", "errors", "client", "testing", "version", "tasks"},
+    "client": {"errors", "client"},
+    # the worker and the task API run on the client, never on the server
+    "worker": {"errors", "client", "logs", "version", "worker", "ctl"},
+    "tasks": {"errors", "client", "worker", "tasks"},
+    "init": LEAVES | {"tasks"},
     # the man pages are written from the server's option table and fastbean-ctl's parser
     "manpages": LEAVES | {"ctl"},
 }
 # third-party packages only one part may import
-ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py"},
+ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py", "worker.py"},
            "aiohttp": {"console/app.py", "console/pages.py"}, "jinja2": {"console/app.py"}}
 
 
 def part_of(path):
     """The part a source file (relative to fastbean/) belongs to."""
     top = path.split("/")[0]
-    if top in ("engine", "binlog", "replication", "server", "ctl", "testing", "console"):
+    if top in ("engine", "binlog", "replication", "server", "ctl", "testing", "console", "client"):
         return top
     name = os.path.splitext(top)[0]
+    if name in ("worker", "tasks"):
+        return name
     if name in ("cli", "__main__"):
         return "cli"
     if name == "manpages":
         return "manpages"
-    if name == "__init__":
-        return "leaf"               # the version only
+    if name == "__init__" and path == "__init__.py":
+        return "init"               # the version, and fastbean.Tasks when asked for
     return "leaf"
 
 
