@@ -83,7 +83,8 @@ class WorkerProcess:
                    MARKS=os.path.join(str(directory), "marks"))
         with open(self.log_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fastbean.worker", target, "-p", str(server.port), *args],
+                [sys.executable, "-m", "fastbean.worker", target,
+                 *(["-p", str(server.port)] if server is not None else []), *args],
                 cwd=str(directory), env=env, stdout=subprocess.DEVNULL, stderr=err)
 
     def events(self, name=None):
@@ -363,27 +364,59 @@ def test_kill_9_of_the_node_runs_no_deleted_job_again(app, workers, tmp_path):
         s.kill()
         s.start()
         wait_for(lambda: empty(s, "audit"), 120, w.text)
-        w.wait_event("worker-reconnected")
-        events = [e for e in w.events() if e["event"] in ("handler-start", "job-done", "worker-reconnected")]
-        after = events[[e["event"] for e in events].index("worker-reconnected"):]
-        assert any(e["event"] == "job-done" for e in after)         # the crash came mid-run
-        events = [e for e in events if e["event"] != "worker-reconnected"]
-        done_at = {}
-        for n, e in enumerate(events):
-            if e["event"] == "job-done":
-                assert e["id"] not in done_at, "job %d deleted twice" % e["id"]
-                done_at[e["id"]] = n
-        started = {}
-        for n, e in enumerate(events):
-            if e["event"] == "handler-start":
-                started.setdefault(e["id"], []).append(n)
-                assert n < done_at.get(e["id"], n + 1), "job %d ran after its delete" % e["id"]
-        assert sorted(started) == ids                       # every job ran
-        with Client(s.address) as c:
-            assert c.stats_tube("audit")["total-jobs"] <= 400   # after replay: no job made twice
-            for jid in ids:
-                with pytest.raises(NotFound):
-                    c.stats_job(jid)
+        audit_runs(w, ids, s)
+
+
+def audit_runs(w, ids, server):
+    """Every job put ran, none after the worker saw its delete succeed, the
+    crash came while it worked, and the server holds none of them."""
+    w.wait_event("worker-reconnected")
+    events = [e for e in w.events() if e["event"] in ("handler-start", "job-done", "worker-reconnected")]
+    after = events[[e["event"] for e in events].index("worker-reconnected"):]
+    assert any(e["event"] == "job-done" for e in after)         # the crash came mid-run
+    events = [e for e in events if e["event"] != "worker-reconnected"]
+    done_at = {}
+    for n, e in enumerate(events):
+        if e["event"] == "job-done":
+            assert e["id"] not in done_at, "job %d deleted twice" % e["id"]
+            done_at[e["id"]] = n
+    started = {}
+    for n, e in enumerate(events):
+        if e["event"] == "handler-start":
+            started.setdefault(e["id"], []).append(n)
+            assert n < done_at.get(e["id"], n + 1), "job %d ran after its delete" % e["id"]
+    assert sorted(started) == ids                       # every job ran
+    with Client(server.address) as c:
+        assert c.stats_tube("audit")["total-jobs"] <= len(ids)   # no job made twice
+        for jid in ids:
+            with pytest.raises(NotFound):
+                c.stats_job(jid)
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_the_primary_runs_no_deleted_job_again(app, workers, tmp_path):
+    """The same with --replicate: the worker is given the HA group's
+    addresses; the primary is killed while it works, a standby takes over,
+    and the worker goes on with it."""
+    from tests.hanodes import Node, find_primary
+    from tests.natscluster import NatsCluster
+    cluster = NatsCluster(tmp_path / "nats")
+    nodes = []
+    try:
+        nodes = [Node(name, cluster.urls, tmp_path, "--lease-ttl", "2") for name in ("a", "b")]
+        primary = find_primary(nodes)
+        ids = put_all(primary, "audit", [b"job-%d" % k for k in range(400)])
+        group = ",".join("127.0.0.1:%d" % n.port for n in nodes)
+        w = workers(app, "handlers:brief", None, "--node", group, "-t", "audit", "-c", "8")
+        w.wait_event("job-done", 60)
+        primary.kill()
+        successor = find_primary(nodes, exclude=(primary,))
+        wait_for(lambda: empty(successor, "audit"), 120, w.text)
+        audit_runs(w, ids, successor)
+    finally:
+        for n in nodes:
+            n.stop()
+        cluster.stop()
 
 
 # -- in-process, as a benchmark runs it
