@@ -434,6 +434,10 @@ def check_installed(systems):
                 raise Usage("%s needs the %s package: python3 -m pip install -e '.[bench]'" % (s, m)) from None
 
 
+def interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
@@ -441,6 +445,16 @@ def main(argv=None):
     except Usage as e:
         sys.stderr.write("python -m benchmarks.workers: %s\n" % e)
         return 2
+    # Ctrl-C, or SIGTERM, even where the shell started it ignoring SIGINT: stop what it started
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, interrupted)
+    try:
+        return run(args)
+    finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
+
+
+def run(args):
     sizes = {"noop": args.jobs, "sleep": args.sleep_jobs}
     started = time.time()
     results = []
