@@ -334,6 +334,8 @@ def summarize(results, systems):
             if rs:
                 med[s] = {k: statistics.median(r[k] for r in rs)
                           for k in ("jobs_per_s", "p50_ms", "p99_ms", "cpu_ms_per_job", "steal", "load1")}
+                for part in ("server", "workers", "producer"):
+                    med[s][part + "_ms_per_job"] = statistics.median(1000 * r["cpu_s"][part] / r["jobs"] for r in rs)
         ratios = {}
         for other in systems:
             if other == "fastbean" or "fastbean" not in runs:
@@ -347,18 +349,24 @@ def summarize(results, systems):
 
 
 def report(rows, systems):
-    lines = ["%-11s %-21s %-21s %-21s %-24s %s" % (
-        "workload", "jobs/s " + " / ".join(s[:2] for s in systems), "p50 ms", "p99 ms",
-        "CPU ms/job", "   ".join("f/%s (lo-hi)" % s for s in systems if s != "fastbean"))]
+    """Two tables: jobs/s of each system and fastbean's ratios; then latency and CPU per system."""
+    others = [x for x in systems if x != "fastbean"]
+    lines = ["%-10s" % "workload" + "".join("%16s" % x for x in systems) +
+             "".join("  %-21s" % ("f/%s (lo-hi)" % x) for x in others)]
     for row in rows:
         m = row["median"]
-
-        def col(k, fmt, m=m):
-            return " / ".join(fmt % m[s][k] if s in m else "-" for s in systems)
-        lines.append("%-11s %-21s %-21s %-21s %-24s %s" % (
-            "%s c%d" % (row["workload"], row["concurrency"]), col("jobs_per_s", "%.0f"), col("p50_ms", "%.1f"),
-            col("p99_ms", "%.1f"), col("cpu_ms_per_job", "%.2f"),
-            "   ".join(cell(row["ratios"].get(s)) for s in systems if s != "fastbean")))
+        lines.append("%-10s" % ("%s c%d" % (row["workload"], row["concurrency"])) +
+                     "".join("%16s" % ("%.0f" % m[x]["jobs_per_s"] if x in m else "-") for x in systems) +
+                     "".join("  %-21s" % cell(row["ratios"].get(x)) for x in others))
+    lines += ["", "%-10s %-16s %9s %9s %11s   %s" % ("workload", "system", "p50 ms", "p99 ms", "CPU ms/job",
+                                                     "server / workers / producer")]
+    for row in rows:
+        for x in systems:
+            v = row["median"].get(x)
+            if v is not None:
+                lines.append("%-10s %-16s %9.1f %9.1f %11.2f   %.3f / %.3f / %.3f" % (
+                    "%s c%d" % (row["workload"], row["concurrency"]), x, v["p50_ms"], v["p99_ms"],
+                    v["cpu_ms_per_job"], v["server_ms_per_job"], v["workers_ms_per_job"], v["producer_ms_per_job"]))
     return "\n".join(x.rstrip() for x in lines)
 
 
@@ -418,7 +426,8 @@ def build_parser():
     ap.add_argument("--workloads", type=workload_list, default=list(WORKLOADS),
                     help="comma-separated: noop, sleep (default both)")
     ap.add_argument("--timeout", type=positive, default=1800, help="seconds a run may take (default 1800)")
-    ap.add_argument("--json", default=os.path.join(RESULTS, "workers.json"))
+    ap.add_argument("--json", default=os.path.join(RESULTS, "workers.json"), help="where results go")
+    ap.add_argument("--report", metavar="JSON", help="print the tables of a saved run, and run nothing")
     return ap
 
 
@@ -441,6 +450,15 @@ def interrupted(signum, frame):
 def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
+        if args.report:
+            try:
+                with open(args.report) as f:
+                    doc = json.load(f)
+                sizes, runs, systems, rounds = doc["sizes"], doc["runs"], doc["systems"], doc["rounds"]
+            except (OSError, ValueError, KeyError) as e:
+                raise Usage("cannot read %s: %s" % (args.report, e)) from None
+            show(runs, systems, sizes, rounds)
+            return 0
         check_installed(args.systems)
     except Usage as e:
         sys.stderr.write("python -m benchmarks.workers: %s\n" % e)
@@ -488,11 +506,23 @@ def run(args):
         return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rows = summarize(results, args.systems)
+    rows, checks = show(results, args.systems, sizes, args.rounds)
+    write_results(args.json, started, sizes=sizes, rounds=args.rounds, concurrency=args.concurrency,
+                  systems=args.systems, runs=results, summary=rows, targets=checks)
+    return 0
+
+
+def show(results, systems, sizes, rounds):
+    """Print the tables, the targets and the steal of a run's results; (summary rows, targets)."""
+    rows = summarize(results, systems)
+    loads = [r["load1"] for r in results]
     print()
-    print("jobs: %d no-op, %d sleeping 10 ms; rounds: %d; ratios are fastbean's jobs/s over the other's, "
-          "median of the rounds (lowest-highest)" % (args.jobs, args.sleep_jobs, args.rounds))
-    print(report(rows, args.systems))
+    ran = {r["workload"] for r in results}
+    jobs = ", ".join("%d %s" % (sizes[w], label) for w, label in (("noop", "no-op"), ("sleep", "sleeping 10 ms"))
+                     if w in ran)
+    print("jobs: %s; %d rounds; jobs/s are medians of the rounds, ratios fastbean's jobs/s over the other's, "
+          "median (lowest-highest round)" % (jobs, rounds))
+    print(report(rows, systems))
     checks = targets(rows)
     if checks:
         print("\ntargets (the issue's: no-op >= 5x RQ and >= 2x Celery; sleeping: no worse):")
@@ -500,13 +530,12 @@ def run(args):
             print("  %-4s %-30s %6.2fx  (goal >= %gx)" % (
                 "ok" if c["met"] else "MISS", c["what"], c["ratio"], c["goal"]))
     stolen = sum(r["steal"] > STEAL_LIMIT for r in results)
+    print("\nCPU steal: at most %.1f%% in a run; load average (1 min) at the runs' start: %.1f to %.1f" % (
+        100 * max(r["steal"] for r in results), min(loads), max(loads)))
     if stolen:
-        print("\n%d of %d runs had over %d%% CPU steal; their rounds are left out of the ratios"
+        print("%d of %d runs had over %d%% CPU steal; their rounds are left out of the ratios"
               % (stolen, len(results), 100 * STEAL_LIMIT))
-    write_results(args.json, started, sizes=sizes, rounds=args.rounds, concurrency=args.concurrency,
-                  systems=args.systems, runs=results, summary=rows, targets=checks)
-    return 0
-
+    return rows, checks
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -55,13 +55,17 @@ def test_a_tiny_run_has_the_reports_shape(system, tmp_path, capsys):
         for sp in row["ratios"].values():
             assert sp is None or (sp["min"] <= sp["median"] <= sp["max"] and sp["rounds"] == 1)
     table = capsys.readouterr().out
-    assert "noop c1" in table and "sleep c3" in table
+    assert "noop c1" in table and "sleep c3" in table and "server / workers / producer" in table
+    # --report prints the same tables from the saved file, and runs nothing
+    assert workers.main(["--report", str(out)]) == 0
+    assert table.startswith(capsys.readouterr().out)
     # nothing left behind: the records on /dev/shm, the processes
     assert not [n for n in os.listdir(workers.SHM or "/tmp") if n.startswith("wbench-")]
 
 
 @pytest.mark.parametrize("args", [["--jobs", "0"], ["--concurrency", "1,x"], ["--systems", "sidekiq"],
-                                  ["--workloads", "cpu"], ["--rounds"], ["--nope"]])
+                                  ["--workloads", "cpu"], ["--rounds"], ["--nope"],
+                                  ["--report", "/nonexistent/workers.json"]])
 def test_bad_arguments_give_one_line(args):
     r = subprocess.run([sys.executable, "-m", "benchmarks.workers", *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
