@@ -41,6 +41,7 @@ import time
 
 from benchmarks.harness import STEAL_LIMIT, busy_seconds, cpu_times, steal, write_results
 from benchmarks.workload import LINE
+from fastbean.errors import FastbeanError
 from tests.servers import REDIS_SERVER, RedisServer, Server, client, redis_call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +50,7 @@ SYSTEMS = ("fastbean", "rq", "celery", "fastbean-binlog")
 WORKLOADS = ("noop", "sleep")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 READY_S = 180.0                 # 64 Python workers start in well under this on 2 cores
+SLOWEST = 20                    # jobs/s: RQ ran 24 at the least on 2 cores (docs/benchmarks.md)
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 # the goals: fastbean / other, jobs per second
 GOALS = {("noop", "rq"): 5.0, ("noop", "celery"): 2.0, ("sleep", "rq"): 1.0, ("sleep", "celery"): 1.0}
@@ -416,16 +418,18 @@ def workload_list(text):
 def build_parser():
     ap = Parser(prog="python -m benchmarks.workers", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--jobs", type=positive, default=100_000, help="no-op tasks per run (default 100000)")
-    ap.add_argument("--sleep-jobs", type=positive, default=10_000, help="10 ms tasks per run (default 10000)")
-    ap.add_argument("--concurrency", type=concurrency_list, default=[1, 8, 64],
+    ap.add_argument("--jobs", type=positive, metavar="N", default=100_000, help="no-op tasks per run (default 100000)")
+    ap.add_argument("--sleep-jobs", type=positive, metavar="N", default=10_000,
+                    help="10 ms tasks per run (default 10000)")
+    ap.add_argument("--concurrency", type=concurrency_list, metavar="N,N,...", default=[1, 8, 64],
                     help="comma-separated handler counts (default 1,8,64)")
-    ap.add_argument("--rounds", type=positive, default=3, help="rounds (default 3)")
-    ap.add_argument("--systems", type=system_list, default=["fastbean", "rq", "celery"],
+    ap.add_argument("--rounds", type=positive, metavar="R", default=3, help="rounds (default 3)")
+    ap.add_argument("--systems", type=system_list, metavar="NAME,...", default=["fastbean", "rq", "celery"],
                     help="comma-separated, from %s (default fastbean,rq,celery)" % ",".join(SYSTEMS))
-    ap.add_argument("--workloads", type=workload_list, default=list(WORKLOADS),
+    ap.add_argument("--workloads", type=workload_list, metavar="NAME,...", default=list(WORKLOADS),
                     help="comma-separated: noop, sleep (default both)")
-    ap.add_argument("--timeout", type=positive, default=1800, help="seconds a run may take (default 1800)")
+    ap.add_argument("--timeout", type=positive, metavar="SECONDS", default=None,
+                    help="seconds a run may take (default: 600, or N / %d if longer)" % SLOWEST)
     ap.add_argument("--json", default=os.path.join(RESULTS, "workers.json"), help="where results go")
     ap.add_argument("--report", metavar="JSON", help="print the tables of a saved run, and run nothing")
     return ap
@@ -490,7 +494,7 @@ def run(args):
                         ready = time.monotonic() - t0
                         for w in args.workloads:
                             n += 1
-                            res = system.run(w, sizes[w], args.timeout)
+                            res = system.run(w, sizes[w], args.timeout or max(600, sizes[w] / SLOWEST))
                             res.update(system=name, workload=w, concurrency=conc, round=rd, ready_s=ready)
                             results.append(res)
                             print("[%d/%d] round %d %-8s %-5s c%-3d %8.0f jobs/s  p50 %7.1f ms  p99 %7.1f ms  "
@@ -501,7 +505,7 @@ def run(args):
     except KeyboardInterrupt:
         sys.stderr.write("python -m benchmarks.workers: interrupted; the processes it started are stopped\n")
         return 130
-    except RuntimeError as e:
+    except (RuntimeError, OSError, FastbeanError) as e:    # a system that did not start, or did not finish
         sys.stderr.write("python -m benchmarks.workers: %s\n" % e)
         return 1
     finally:
