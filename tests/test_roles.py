@@ -492,6 +492,7 @@ class GateServer:
     class config:
         max_job_size = 65535
         auth_timeout = 10.0
+        auth_by_certificate = False
 
     verbosity = 0
 

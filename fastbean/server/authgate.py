@@ -115,8 +115,9 @@ class AuthConnProtocol(TlsConnProtocol):
         name, roles = found
         self.client_name = name
         if self._server.verbosity >= 1:
-            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s by %(by)s "
-                  "(%(roles)s)", address=self._address, client=name, by=by, roles=str(roles))
+            event(logging.DEBUG, "auth", "%(address)s authenticated as %(client)s"
+                  + (" by certificate" if by == "certificate" else "") + " (%(roles)s)",
+                  address=self._address, client=name, by=by, roles=str(roles))
         if not roles.admin:
             self._filter = RoleFilter(roles, name, self._address, self._server.core,
                                       self._server.config.max_job_size, self._server.loop.call_soon,
