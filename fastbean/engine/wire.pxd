@@ -72,7 +72,15 @@ cdef enum Op:
     OP_DELETE_BATCH = 37      # delete-batch <id>... (cmds.pxi)
     OP_RETRY_LIMIT = 38       # retry-limit [<count> [<tube>] | default] (retry.pxi)
     OP_DELETE_EACH = 39       # delete-each <id>... (cmds.pxi)
-    OP_COUNT = 40
+    # schedules (sched.pxi): schedule <name> <pri> <ttr> <misfire> <bytes> <spec>
+    # (its body follows as a put's), and the others on a schedule's name
+    OP_SCHEDULE = 40
+    OP_UNSCHEDULE = 41        # unschedule <name>
+    OP_LIST_SCHEDULES = 42    # list-schedules
+    OP_FIRE_SCHEDULE = 43     # fire-schedule <name>
+    OP_PAUSE_SCHEDULE = 44    # pause-schedule <name>
+    OP_RESUME_SCHEDULE = 45   # resume-schedule <name>
+    OP_COUNT = 46
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -108,8 +116,9 @@ ctypedef struct Cmd:
     uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
     uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
-    bint garbage              # put: bytes after the size field (name/name_len: those bytes)
-    const char *name          # tube name (delete-batch: its ids), borrowed until the next Parser call
+    bint garbage              # put: bytes after the size field (name/name_len: those bytes);
+                              # schedule: no size could be read, so no body follows
+    const char *name          # tube name (delete-batch: its ids; schedule: all its words), borrowed until the next Parser call
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
 
@@ -146,6 +155,10 @@ cdef extern from *:
     #define MSG_INTERNAL_ERROR  FB_TEXT("INTERNAL_ERROR\\r\\n")
     #define MSG_UNKNOWN_COMMAND FB_TEXT("UNKNOWN_COMMAND\\r\\n")
     #define MSG_RESET           FB_TEXT("RESET\\r\\n")
+    #define MSG_SCHEDULED       FB_TEXT("SCHEDULED\\r\\n")
+    #define MSG_REPLACED        FB_TEXT("REPLACED\\r\\n")
+    #define MSG_UNSCHEDULED     FB_TEXT("UNSCHEDULED\\r\\n")
+    #define MSG_RESUMED         FB_TEXT("RESUMED\\r\\n")
     #define MSG_NOT_FOUND       FB_TEXT("NOT_FOUND\\r\\n")
     #define MSG_DELETED         FB_TEXT("DELETED\\r\\n")
     #define MSG_RELEASED        FB_TEXT("RELEASED\\r\\n")
@@ -169,6 +182,7 @@ cdef extern from *:
     #define MSG_LISTED          FB_TEXT("LISTED")
     #define MSG_RESERVED_BATCH  FB_TEXT("RESERVED_BATCH")
     #define MSG_DELETED_BATCH   FB_TEXT("DELETED_BATCH")
+    #define MSG_FIRED           FB_TEXT("FIRED")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -177,6 +191,7 @@ cdef extern from *:
     Text MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND, MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
+    Text MSG_SCHEDULED, MSG_REPLACED, MSG_UNSCHEDULED, MSG_RESUMED, MSG_FIRED
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
     Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH
 
