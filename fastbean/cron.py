@@ -10,9 +10,8 @@ spring-forward skips fires once, at the first instant after the gap (several
 skipped times fire once together); a local time that a fall-back repeats
 fires once, the first time.
 """
-from datetime import datetime, timedelta, timezone
-from typing import FrozenSet, Optional, Tuple
-
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import FrozenSet, Optional, Set, Tuple
 from zoneinfo import ZoneInfo
 
 NS = 1_000_000_000
@@ -50,7 +49,7 @@ def _value(text: str, lo: int, hi: int, names) -> int:
 
 
 def _field(text: str, lo: int, hi: int, names) -> FrozenSet[int]:
-    values = set()
+    values: Set[int] = set()
     for part in text.split(","):
         rng, slash, step_text = part.partition("/")
         step = 1
@@ -82,6 +81,7 @@ class Spec:
     def __init__(self, text: str):
         self.text = text
         self.interval = 0
+        self.tz: tzinfo = timezone.utc
         words = text.split(" ")
         if words[0] == "every":
             if len(words) != 2 or not words[1].isdigit() or len(words[1]) > 10:
@@ -132,9 +132,10 @@ class Spec:
         local = datetime.fromtimestamp(t_s, self.tz).replace(tzinfo=None)
         c = local.replace(second=0) + timedelta(minutes=1)
         while True:
-            c = self._next_local(c)
-            if c is None:
+            found = self._next_local(c)
+            if found is None:
                 return None
+            c = found
             at = self._instant(c)
             if at > t_s:
                 return at * NS
@@ -145,12 +146,13 @@ class Spec:
         many occurrences that span holds, counted up to 100000)."""
         if self.interval:
             first = self.next_after(after, since)
-            if first > t:
+            if first is None or first > t:
                 return None, 0
             anchor = since // NS * NS
-            last = anchor + (t - anchor) // (self.interval * NS) * self.interval * NS
-            return last, (last - first) // (self.interval * NS) + 1
-        last, n, at = None, 0, after
+            end = anchor + (t - anchor) // (self.interval * NS) * self.interval * NS
+            return end, (end - first) // (self.interval * NS) + 1
+        last: Optional[int] = None
+        n, at = 0, after
         while True:
             nxt = self.next_after(at, since)
             if nxt is None or nxt > t:

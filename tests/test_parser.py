@@ -134,8 +134,8 @@ def test_schedule_lines_parse():
     S = "schedule"
     want = [(S, None, 5, b"n 0 60 fire 5 every 1"), ("body", None, b"hello\r\n"),
             (S, "BAD_FORMAT", 2, b"n 0 60 fire 2"), ("body", "EXPECTED_CRLF", None),
-            ("UNKNOWN_COMMAND", None), ("schedule", "BAD_FORMAT", None, b"n 0 60 fire x every 1"), ("unschedule", None, b"n"),
-            ("fire-schedule", "BAD_FORMAT")]
+            ("UNKNOWN_COMMAND", None), (S, "BAD_FORMAT", None, b"n 0 60 fire x every 1"),
+            ("unschedule", None, b"n"), ("fire-schedule", "BAD_FORMAT")]
     assert compiled([data]) == want == reference([data])
 
 

@@ -254,7 +254,7 @@ cdef void _sched_args(Cmd *cmd, const char *p, const char *end) noexcept:
     # that a body follows (garbage False) whenever the fifth word is one,
     # even when the rest is bad (the body is then swallowed, BAD_FORMAT).
     cdef const char *w = NULL
-    cdef int k
+    cdef int words = 0
     cdef uint64_t v
     cmd.op = OP_SCHEDULE
     cmd.err = ERR_BAD_FORMAT
@@ -264,9 +264,10 @@ cdef void _sched_args(Cmd *cmd, const char *p, const char *end) noexcept:
     if p == end or p[0] != c' ':
         return
     cmd.name, cmd.name_len = p + 1, end - p - 1
-    for k in range(5):
+    while words < 5:
         if p == end or p[0] != c' ':
             return
+        words += 1
         p += 1
         w = p
         while p < end and p[0] != c' ':

@@ -35,6 +35,8 @@ cdef int64_t SCHED_RETRY = SEC
 cdef int64_t NEVER = INT64_MAX
 
 
+@cython.final
+@cython.auto_pickle(False)
 cdef class Sched:
     """One schedule, as list-schedules shows it."""
     cdef readonly bytes name, tube, spec, body     # body with its CRLF
@@ -215,13 +217,14 @@ cdef bytes _list_yaml(Core core):
         return b"--- []\n"
     lines = [b"---\n"]
     for s in sorted(core.schedules.values(), key=lambda x: x.name):
-        lines.append(b"- name: %s\n  tube: %s\n  spec: \"%s\"\n  zone: %s\n  pri: %d\n  ttr: %d\n"
-                   b"  misfire: %s\n  paused: %s\n  next: %d\n  last: %d\n  fires: %d\n"
-                   b"  runs: %d\n  body-bytes: %d\n" % (
-                       s.name, s.tube, s.spec, (s.cron.zone or "-").encode(), s.pri, s.ttr,
-                       b"skip" if s.skip else b"fire", b"true" if s.paused else b"false",
-                       0 if s.paused or s.next_at < 0 or s.next_at == NEVER else s.next_at // SEC,
-                       s.last // SEC, s.fires, s.runs, PyBytes_GET_SIZE(s.body) - 2))
+        nxt = 0 if s.paused or s.next_at < 0 or s.next_at == NEVER else s.next_at // SEC
+        lines.append(
+            b"- name: %s\n  tube: %s\n  spec: \"%s\"\n  zone: %s\n  pri: %d\n  ttr: %d\n"
+            b"  misfire: %s\n  paused: %s\n  next: %d\n  last: %d\n  fires: %d\n"
+            b"  runs: %d\n  body-bytes: %d\n" % (
+                s.name, s.tube, s.spec, (s.cron.zone or "-").encode(), s.pri, s.ttr,
+                b"skip" if s.skip else b"fire", b"true" if s.paused else b"false",
+                nxt, s.last // SEC, s.fires, s.runs, PyBytes_GET_SIZE(s.body) - 2))
     return b"".join(lines)
 
 

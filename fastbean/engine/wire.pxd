@@ -116,9 +116,12 @@ ctypedef struct Cmd:
     uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
     uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
-    bint garbage              # put: bytes after the size field (name/name_len: those bytes);
-                              # schedule: no size could be read, so no body follows
-    const char *name          # tube name (delete-batch: its ids; schedule: all its words), borrowed until the next Parser call
+    # put: bytes after the size field (name/name_len: those bytes); schedule:
+    # no size could be read, so no body follows
+    bint garbage
+    # tube name (delete-batch: its ids; schedule: all its words), borrowed
+    # until the next Parser call
+    const char *name
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
 
