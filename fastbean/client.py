@@ -165,6 +165,30 @@ def _value(text: str) -> int | float | bool | str:
     return text
 
 
+SCHEDULE_TEXT_KEYS = frozenset({"name", "tube", "spec", "zone", "misfire"})
+
+
+def parse_records(body: bytes, text_keys: frozenset[str]) -> list[Stats]:
+    """A YAML list of flat records (list-schedules) -> list of dicts, values
+    as parse_dict reads them."""
+    out: list[Stats] = []
+    for line in body.decode("utf-8", "replace").split("\n")[1:]:
+        if not line.strip() or line.strip() == "[]":
+            continue
+        if line.startswith("- "):
+            out.append({})
+            line = line[2:]
+        elif line.startswith("  ") and out:
+            line = line[2:]
+        else:
+            raise ProtocolError("cannot read this list line: %s" % _shown(line.encode()))
+        key, sep, value = line.partition(": ")
+        if not sep:
+            raise ProtocolError("cannot read this list line: %s" % _shown(line.encode()))
+        out[-1][key] = value.strip('"') if key in text_keys else _value(value)
+    return out
+
+
 def parse_list(body: bytes) -> list[str]:
     """A YAML list document (list-tubes) -> list of names."""
     return [line[2:] for line in body.decode("utf-8", "replace").split("\n")[1:]
@@ -501,6 +525,46 @@ class Client:
 
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
+
+    # -- schedules: recurring jobs the server puts itself (a fastbean extension;
+    # docs/protocol-extensions.md "Schedules"). ServerError UNKNOWN_COMMAND
+    # from a server without them, BAD_FORMAT for a bad name or spec.
+
+    def schedule(self, name: str | bytes, body: bytes, spec: str | bytes, pri: int = 0, ttr: int = 60,
+                 misfire: str = "fire") -> bool:
+        """Define schedule `name` in the tube in use, or replace the one of
+        that name: a job of `body` at each time of `spec` (a five-field cron
+        expression with an optional IANA zone, or "every SECONDS"). misfire:
+        "fire" (an occurrence missed while no server ran fires once when one
+        is back) or "skip". True if it is new, False if it replaced one."""
+        line = b"schedule %s %d %d %s %d %s" % (
+            _tube(name), pri, ttr, misfire.encode(), len(body), _tube(spec))
+        self._send(line + b"\r\n" + body + b"\r\n")
+        words, _ = self._reply("schedule", (b"SCHEDULED", b"REPLACED"))
+        return words[0] == b"SCHEDULED"
+
+    def unschedule(self, name: str | bytes) -> None:
+        """Remove a schedule (its jobs stay); NotFound if there is none."""
+        self._call(b"unschedule " + _tube(name), b"UNSCHEDULED")
+
+    def list_schedules(self) -> list[Stats]:
+        """Every schedule of the server: dicts of name, tube, spec, zone, pri,
+        ttr, misfire, paused, next and last (Unix seconds; 0: none), fires,
+        runs and body-bytes."""
+        return parse_records(self._call(b"list-schedules", b"OK")[1], SCHEDULE_TEXT_KEYS)
+
+    def fire_schedule(self, name: str | bytes) -> int:
+        """Put one job of the schedule now, beside its occurrences: its id."""
+        return self._int(self._call(b"fire-schedule " + _tube(name), b"FIRED")[0])
+
+    def pause_schedule(self, name: str | bytes) -> None:
+        """Stop firing the schedule until resume_schedule()."""
+        self._call(b"pause-schedule " + _tube(name), b"PAUSED")
+
+    def resume_schedule(self, name: str | bytes) -> None:
+        """Fire it again, from its next occurrence on (those passed while it
+        was paused do not fire)."""
+        self._call(b"resume-schedule " + _tube(name), b"RESUMED")
 
     # -- inside
 

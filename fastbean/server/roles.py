@@ -100,9 +100,10 @@ class Roles:
             return ALLOW if self.allows(MONITOR, used) else DENY
         if command == "stats-tube":
             return ALLOW if self.allows(MONITOR, arg) else DENY
-        if command in ("stats", "list-tubes"):
+        if command in ("stats", "list-tubes", "list-schedules"):
             return ALLOW if self.sees_server() else DENY
         # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats,
-        # retry-limit that sets; and
+        # retry-limit that sets, schedule, unschedule, fire-schedule,
+        # pause-schedule, resume-schedule; and
         # delete-batch, whose ids would each need their tube judged: admin only
         return DENY
