@@ -370,8 +370,8 @@ cdef object sched_replay_ext(Core core, uint32_t kind, Jobrec *rec, bytes nm):
         f = core.sched_fired.get(nm)
         if f is not None and (<tuple>f)[0] == s.gen:
             s.last, s.fires = (<tuple>f)[1], (<tuple>f)[2]
-        elif f is not None:
-            del core.sched_fired[nm]
+        elif f is not None and (<tuple>f)[0] < s.gen:
+            del core.sched_fired[nm]            # a replaced definition's
             ext_disown(core, ("fired", nm))
         core.schedules[nm] = s
         if s.gen > core.sched_gen:
