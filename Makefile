@@ -8,8 +8,8 @@ ASAN_DIR := build/asan
 PYTHONS ?= $(wildcard $(shell pyenv root 2>/dev/null)/versions/*/bin/python) \
            $(foreach v,9 10 11 12 13 14,$(shell command -v python3.$(v)))
 
-build:                ## the extensions, in place
-	$(PY) setup.py build_ext --inplace -q
+build:                ## the extensions, in place (the compiler's lines only if it fails)
+	@mkdir -p build && $(PY) setup.py build_ext --inplace -q > build/ext.log 2>&1 || { cat build/ext.log; exit 1; }
 
 test: build
 	$(PY) -m pytest -q

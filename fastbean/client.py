@@ -523,6 +523,27 @@ class Client:
             rows.append((id_, pri, age, left, size))
         return rows, words[2].decode()
 
+    def move_job(self, job_id: int, tube: str | bytes) -> None:
+        """Move a ready, delayed or buried job to another tube, keeping its id,
+        state, priority and counts (move-job, a fastbean extension). NotFound
+        if there is no such job or it is reserved; ServerError
+        UNKNOWN_COMMAND from a server without it (beanstalkd, fastbean
+        --strict)."""
+        words, _ = self._call(b"move-job %d %s" % (job_id, _tube(tube)), b"MOVED")
+        if len(words) != 1:
+            raise self._alien(b" ".join(words))
+
+    def reprioritize_job(self, job_id: int, pri: int) -> None:
+        """Give a job a new priority, whatever its state (reprioritize-job, a
+        fastbean extension): a ready job takes its place in the reserve order at
+        once. NotFound if there is no such job; ServerError UNKNOWN_COMMAND
+        from a server without it."""
+        if not 0 <= pri <= 0xFFFFFFFF:
+            raise ValueError("a priority is 0 to 4294967295")
+        words, _ = self._call(b"reprioritize-job %d %d" % (job_id, pri), b"REPRIORITIZED")
+        if len(words) != 1:
+            raise self._alien(b" ".join(words))
+
     def pause_tube(self, tube: str | bytes, seconds: int) -> None:
         self._call(b"pause-tube %s %d" % (_tube(tube), seconds), b"PAUSED")
 

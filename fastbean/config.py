@@ -51,11 +51,14 @@ EXIT_DISK_FAILED = 74
 # ENFILE, ENOMEM) is no disk fault: it is tried again this often, in seconds,
 # with no fail-stop (binlog/durability.py).
 EXHAUSTED_RETRY = 0.1
-# SIGUSR1 drains, SIGTERM/SIGINT stop, SIGHUP reloads the TLS certificates
+# SIGUSR1 drains, SIGUSR2 ends a drain (not with --strict: it ends the
+# process then, as it ends beanstalkd), SIGTERM/SIGINT stop, SIGHUP reloads the TLS certificates
 # (with TLS only: otherwise it ends the process, as it ends beanstalkd). The CLI blocks them before it opens the
 # sockets and the server unblocks them once its handlers run, so a signal sent
 # as soon as the port answers is not lost.
-HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+HANDLED_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+# how often a draining server looks whether its last reservation is gone
+DRAIN_CHECK_INTERVAL = 0.25
 
 
 @dataclass(frozen=True)

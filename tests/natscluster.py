@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import urllib.request
 
 from tests.servers import free_port, wait_listening
@@ -105,15 +106,52 @@ class NatsCluster:
     certificate the CA signed (the routes between the servers stay plain).
     auth: (user, password) clients must give."""
 
+    PORT_RACES = 5      # starts tried again after a port was taken between free_port() and the bind
+
     def __init__(self, store, n=3, tls=None, auth=None):
         os.makedirs(str(store), exist_ok=True)
-        ports = [free_port() for _ in range(n)]
-        cports = [free_port() for _ in range(n)]
-        self.servers = [NatsServer("n%d" % i, ports[i], cports[i],
-                                   [c for j, c in enumerate(cports) if j != i], str(store), tls, auth)
-                        for i in range(n)]
-        for s in self.servers:
-            s.start()
+        for attempt in range(self.PORT_RACES):
+            ports = [free_port() for _ in range(n)]
+            cports = [free_port() for _ in range(n)]
+            self.servers = [NatsServer("n%d" % i, ports[i], cports[i],
+                                       [c for j, c in enumerate(cports) if j != i], str(store), tls, auth)
+                            for i in range(n)]
+            try:
+                for s in self.servers:
+                    s.start()
+                self._wait_routed()
+                return
+            except RuntimeError as e:
+                # none of these may outlive the failure, whatever it was
+                for s in self.servers:
+                    s.kill()
+                raced = "address already in use" in str(e)
+                if not raced or attempt == self.PORT_RACES - 1:
+                    raise
+                for s in self.servers:
+                    shutil.rmtree(os.path.join(str(store), s.name), ignore_errors=True)
+                    os.remove(s.logfile)
+
+    ROUTE_WAIT = 30.0   # seconds for the servers to route to one another (they retry each second)
+
+    def _wait_routed(self):
+        # A server listens for clients before it binds its route port, and a
+        # test's wait_listening may connect in between: the cluster has
+        # started once each server still runs and routes to every other one.
+        deadline = time.monotonic() + self.ROUTE_WAIT
+        while True:
+            for s in self.servers:
+                if not s.running:
+                    raise RuntimeError("nats-server %s exited: %s" % (s.name, s.log()))
+            try:
+                if all(s.monitor("routez")["num_routes"] >= len(self.servers) - 1 for s in self.servers):
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the NATS servers did not route to one another within %gs: %s"
+                                   % (self.ROUTE_WAIT, "; ".join(s.log()[-500:] for s in self.servers)))
+            time.sleep(0.05)
 
     @property
     def urls(self):

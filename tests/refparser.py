@@ -124,6 +124,28 @@ def _schedule(rest):
     return ("schedule", None if ok else "BAD_FORMAT", int(words[4]), rest[1:])
 
 
+def _id_then(rest):
+    # " <id> <rest>" of move-job and reprioritize-job: (id, rest) or None
+    m = re.fullmatch(rb" ([0-9]+) ([^ ].*)", rest, re.S)
+    if m is None or int(m.group(1)) > U64:
+        return None
+    return int(m.group(1)), m.group(2)
+
+
+def _move_job(rest):
+    r = _id_then(rest)
+    if r is None or not _name_ok(r[1]):
+        return ("move-job", "BAD_FORMAT")
+    return ("move-job", None, r[0], r[1])
+
+
+def _reprioritize_job(rest):
+    r = _id_then(rest)
+    if r is None or not r[1].isdigit() or int(r[1]) > U32:
+        return ("reprioritize-job", "BAD_FORMAT")
+    return ("reprioritize-job", None, r[0], int(r[1]))
+
+
 def parse_line(line):
     """One line without CRLF -> a command tuple like fastbean's Parser.parse()."""
     if b"\0" in line:
@@ -172,6 +194,10 @@ def parse_line(line):
         return ("resume-schedule", "BAD_FORMAT")
     if line.startswith(b"retry-limit"):
         return _retry_limit(line[11:])
+    if line.startswith(b"reprioritize-job"):
+        return _reprioritize_job(line[16:])
+    if line.startswith(b"move-job"):
+        return _move_job(line[8:])
     if line.startswith(b"delete "):
         v = _last(line[7:], U64)
         return B if v is None else ("delete", None, v)

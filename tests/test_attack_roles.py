@@ -129,7 +129,7 @@ def job_tube(server, job):
 
 EXTENSION_VERBS = ("list-tube", "flush-tube", "flush-buried", "reserve-batch", "delete-batch",
                    "delete-each", "retry-limit", "fastbean-stats", "fastbean-reset",
-                   "fastbean-clock-advance")
+                   "fastbean-clock-advance", "move-job", "reprioritize-job")
 
 
 def test_a_malformed_line_of_every_extension_reads_as_the_same_command():
@@ -146,7 +146,8 @@ BAD_LINES = [b"list-tube ready 0 0", b"list-tube ready 0 1001", b"list-tube read
              b"reserve-batch 0", b"reserve-batch 1001", b"reserve-batch 1 x", b"delete-batch",
              b"delete-batch 1 x", b"delete-each 0 y", b"retry-limit x", b"retry-limit 1 -d",
              b"retry-limit 1 d e", b"fastbean-stats x", b"fastbean-reset now",
-             b"fastbean-clock-advance x"]
+             b"fastbean-clock-advance x", b"move-job 1 -x", b"move-job x y",
+             b"reprioritize-job 1 -1", b"reprioritize-job 1"]
 
 
 @pytest.mark.parametrize("which", ["node", "strict_node"])
@@ -205,7 +206,8 @@ def test_a_job_moved_to_another_tube_behind_a_blocked_reserve(node):
 
 WORKER_BY_ID = (b"delete %d", b"release %d 0 0", b"bury %d 0", b"touch %d", b"reserve-job %d")
 MONITOR_BY_ID = (b"peek %d", b"stats-job %d")
-ADMIN_BY_ID = (b"kick-job %d", b"delete-batch %d", b"delete-each %d")
+ADMIN_BY_ID = (b"kick-job %d", b"delete-batch %d", b"delete-each %d", b"move-job %d elsewhere",
+               b"reprioritize-job %d 7")
 ON_TUBE = (b"use %s", b"watch %s", b"stats-tube %s", b"pause-tube %s 0", b"flush-tube %s",
            b"flush-buried %s")
 ON_USED = (b"peek-ready", b"peek-delayed", b"peek-buried", b"list-tube ready 0 10",

@@ -413,6 +413,29 @@ def test_put_with_a_key_and_retry_limit_or_why_not(server):
     one_line_error(ctl(server.port, "put", "--key", "a b", "x"), 2, "not a key")
 
 
+def test_move_and_priority_or_why_not(server):
+    # fastbean moves a job and changes its priority; beanstalkd cannot, in one line
+    with client(server.port) as c:
+        c.use("src")
+        job = c.put(b"x", pri=5)
+    moved = ctl(server.port, "move", str(job), "dst")
+    pri = ctl(server.port, "priority", str(job), "1")
+    if server.kind == "beanstalkd":
+        one_line_error(moved, 4, "cannot move jobs")
+        one_line_error(pri, 4, "cannot change a job's priority")
+        return
+    assert ok(moved) == "moved job %d to tube 'dst'\n" % job
+    assert ok(pri) == "job %d has priority 1\n" % job
+    assert json.loads(ok(ctl(server.port, "--json", "move", str(job), "src"))) == {"id": job, "tube": "src"}
+    with client(server.port) as c:
+        stats = c.stats_job(job)
+        assert (stats["tube"], stats["pri"]) == ("src", 1)
+    one_line_error(ctl(server.port, "move", "999", "dst"), 1, "job 999 not found")
+    one_line_error(ctl(server.port, "priority", "999", "3"), 1, "job 999 not found")
+    one_line_error(ctl(server.port, "move", str(job), "-bad"), 2)
+    one_line_error(ctl(server.port, "priority", str(job), "4294967296"), 2, "not a priority")
+
+
 # -- addresses, failures and bad input
 
 @pytest.mark.parametrize("kind", ["fastbean", "beanstalkd"])

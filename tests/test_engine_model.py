@@ -27,6 +27,7 @@ class ModelJob:
         self.id, self.tube, self.pri, self.body = id, tube, pri, body
         self.state = "ready"
         self.owner = None
+        self.origin = None            # the tube a retry limit dead-lettered it from
         self.reserves = self.releases = self.buries = self.kicks = 0
 
 
@@ -229,6 +230,7 @@ class EngineVsModel(RuleBasedStateMachine):
             else:
                 if jid in self.model.job_keys:      # its key stays behind, with no cooldown
                     del self.model.keys[(j.tube, self.model.job_keys.pop(jid)[0])]
+                j.origin = j.tube
                 j.tube = dead
                 self.model.touch_tube(dead)
                 self.model.gc(self.mconns())
@@ -272,6 +274,43 @@ class EngineVsModel(RuleBasedStateMachine):
             self.model.keys[name] = jid
             self.model.job_keys[jid] = (key, cool)
             assert got == b"INSERTED %d\r\n" % jid
+
+    @rule(i=idx, t=tube, data=st.data())
+    def move_job(self, i, t, data):
+        # as it is, into t: its key too unless t has a live job with it; a
+        # dead letter forgets its origin
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"move-job %d %s\r\n" % (jid, t.encode()))
+        j = self.model.jobs.get(jid)
+        if j is None or j.state == "reserved":
+            assert got == b"NOT_FOUND\r\n"
+            return
+        if t != j.tube:
+            if j.state == "buried":
+                self.model.buried[j.tube].remove(jid)
+                self.model.buried.setdefault(t, []).append(jid)
+            if jid in self.model.job_keys:
+                key = self.model.job_keys[jid][0]
+                del self.model.keys[(j.tube, key)]
+                if (t, key) in self.model.keys:
+                    del self.model.job_keys[jid]
+                else:
+                    self.model.keys[(t, key)] = jid
+            j.tube, j.origin = t, None
+            self.model.touch_tube(t)
+            self.model.gc(self.mconns())
+        assert got == b"MOVED\r\n"
+
+    @rule(i=idx, pri=pri, data=st.data())
+    def reprioritize_job(self, i, pri, data):
+        jid = self.pick(data, self.model.jobs)
+        got = self.send(i, b"reprioritize-job %d %d\r\n" % (jid, pri))
+        j = self.model.jobs.get(jid)
+        if j is None:
+            assert got == b"NOT_FOUND\r\n"
+            return
+        j.pri = pri
+        assert got == b"REPRIORITIZED\r\n"
 
     @rule(i=idx, pri=pri, data=st.data())
     def bury(self, i, pri, data):
@@ -338,6 +377,7 @@ class EngineVsModel(RuleBasedStateMachine):
         assert fields["pri"] == j.pri and fields["reserves"] == j.reserves
         assert fields["releases"] == j.releases and fields["buries"] == j.buries
         assert fields["kicks"] == j.kicks
+        assert self.core.job_origin(jid) == (j.origin.encode() if j.origin else None)
 
     @rule(i=idx, t=tube)
     def use(self, i, t):

@@ -195,3 +195,29 @@ def test_audit_catches_lost_jobs_and_passes_an_intact_server(tmp_path):
         assert any("signal 11" in c for c in watchdog.crashes()), watchdog.crashes()
     finally:
         watchdog.close()
+
+
+def test_a_nats_cluster_starts_though_a_port_is_taken_meanwhile(tmp_path, monkeypatch):
+    # free_port() hands out a port that is free when it looks; another process
+    # may bind it before nats-server does. The cluster starts again on other
+    # ports, and leaves no server of the failed start behind.
+    from tests import natscluster
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    # client ports first, then route ports: n2 listens for clients, then
+    # finds its route port taken and exits, after n0 and n1 have started
+    ports = iter([None] * 5 + [taken.getsockname()[1]])
+    real = natscluster.free_port
+    monkeypatch.setattr(natscluster, "free_port", lambda: next(ports, None) or real())
+    store = tmp_path / "nats"
+    try:
+        cluster = NatsCluster(store)
+    finally:
+        taken.close()
+    try:
+        assert all(s.running for s in cluster.servers)
+        running = subprocess.run(["pgrep", "-f", str(store)], capture_output=True, text=True).stdout.split()
+        assert len(running) == 3, running
+    finally:
+        cluster.stop()

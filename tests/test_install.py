@@ -64,6 +64,11 @@ def test_install_with_the_distributions_python_and_verify_the_unit(sdist, tmp_pa
     (dist_info,) = venv.glob("lib/python3*/site-packages/fastbean-*.dist-info")
     assert (dist_info / "licenses" / "LICENSE").read_text().startswith("MIT License")
     assert "License-Expression: MIT" in (dist_info / "METADATA").read_text()
+    # man finds the pages from the bin/ on PATH
+    for page in ("fastbean", "fastbean-ctl"):
+        found = subprocess.run(["man", "-w", page], capture_output=True, text=True,
+                               env=dict(env, PATH="%s/bin:/usr/bin:/bin" % venv, MANPATH=""))
+        assert found.stdout.strip() == "%s/share/man/man1/%s.1" % (venv, page), found.stdout + found.stderr
 
     port = free_port()
     server = subprocess.Popen([str(fastbean), "-l", "127.0.0.1", "-p", str(port)], env=env, cwd=str(tmp_path),

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fastbean.errors import ServerStartError
-from tests.servers import Server, client, fastbean_cmd
+from tests.servers import Server, client, fastbean_cmd, free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -195,3 +195,23 @@ def test_negative_fsync_interval_syncs_every_write():
     assert parse_args(["-f", "18446744073709551615"]).fsync_ms == 0
     assert parse_args(["-f", "+7"]).fsync_ms == 7
     assert parse_args(["-F", "-f", "5"]).fsync
+
+
+def test_a_mistake_on_the_command_line_is_the_one_line_printed():
+    # beanstalkd follows it with the usage: 80 lines that hid the mistake
+    p = subprocess.run(fastbean_cmd() + ["--metric", "9100"], capture_output=True, text=True, timeout=30)
+    assert (p.returncode, p.stderr) == (5, "fastbean: unknown option: --metric\n")
+
+
+@pytest.mark.parametrize("path, says", [
+    ("missing", "does not exist"), ("file", "is not a directory"),
+    ("file/below", "part of the path is not a directory"), ("/proc", "takes no new files"),
+])
+def test_an_unusable_binlog_directory_stops_the_start_before_any_listener(tmp_path, path, says):
+    (tmp_path / "file").write_text("")
+    path = path if path.startswith("/") else str(tmp_path / path)
+    p = subprocess.run(fastbean_cmd() + ["-b", path, "-l", "127.0.0.1", "-p", str(free_port())],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 10 and says in p.stderr, p.stderr
+    assert "/proc" in path or "listening" not in p.stderr
+    assert "Traceback" not in p.stderr

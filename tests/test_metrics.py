@@ -309,11 +309,54 @@ def test_healthz_and_readyz_follow_drain_and_shutdown():
         while get(s.mport, "/readyz")[0] != 503:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert get(s.mport, "/readyz")[2] == b"draining\n"
+        assert get(s.mport, "/readyz")[2] == b"drained: no job reserved\n"
         assert get(s.mport, "/healthz")[0] == 200
         assert samples(scrape(s))[0]["fastbean_ready"] == 0
     finally:
         assert s.stop() == 0
+
+
+def test_a_drain_says_when_it_is_complete_and_sigusr2_ends_it():
+    s = start()
+    try:
+        with client(s.port) as c:
+            c.put(b"held")
+            job = c.reserve_job(1)[0]
+            os.kill(s.pid, signal.SIGUSR1)
+            wait_for(lambda: get(s.mport, "/readyz")[2] == b"draining: 1 job reserved\n")
+            assert c.cmd(b"put 0 0 60 1\r\nx", b"DRAINING") == b"DRAINING"
+            assert b"drained: false" in ext_stats(c)
+            c.delete(job)
+            wait_for(lambda: get(s.mport, "/readyz")[2] == b"drained: no job reserved\n")
+            wait_for(lambda: "drain complete: no job is reserved" in s.log)
+            assert b"drained: true" in ext_stats(c)
+            assert c.stats()["draining"] is True        # stats' own key, as beanstalkd's
+            os.kill(s.pid, signal.SIGUSR2)
+            wait_for(lambda: get(s.mport, "/readyz")[2] == b"ready\n")
+            assert "drain mode ended" in s.log
+            assert c.put(b"again") > 0 and c.stats()["draining"] is False
+            assert b"drained: false" in ext_stats(c)
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigusr2_ends_a_strict_server_as_it_ends_beanstalkd():
+    for kind in ("fastbean", "beanstalkd"):
+        s = Server(kind, *(["--strict"] if kind == "fastbean" else [])).start()
+        os.kill(s.pid, signal.SIGUSR2)
+        assert s.proc.wait(10) == -signal.SIGUSR2, kind
+
+
+def ext_stats(c):
+    text = c.cmd(b"fastbean-stats")
+    return c.body(int(text.split()[1]))
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
 
 GATED_FSYNC = r"""

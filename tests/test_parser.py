@@ -88,10 +88,11 @@ WORDS = [b"put ", b"peek ", b"peek-ready", b"peek-delayed", b"peek-buried", b"re
          b"flush-tube ", b"flush-tube", b"flush-buried ", b"flush-buried", b"list-tube ",
          b"list-tube ready 0 ", b"list-tube delayed ", b"list-tube buried 7.3 ",
          b"list-tube reserved 0.1 1000", b"reserve-batch", b"reserve-batch ", b"reserve-batch 5 ",
-         b"delete-batch", b"delete-batch ", b"delete-batch 1 ", b"schedule", b"schedule ",
-         b"schedule n 0 60 fire ", b"schedule n 0 60 skip 5 ", b"schedule n 1 1 fire 3 every ",
-         b"unschedule ", b"unschedule", b"list-schedules", b"fire-schedule ", b"pause-schedule ",
-         b"resume-schedule ", b"resume-schedule"]
+         b"delete-batch", b"delete-batch ", b"delete-batch 1 ", b"move-job", b"move-job ",
+         b"move-job 3 ", b"reprioritize-job", b"reprioritize-job ", b"reprioritize-job 7 ",
+         b"schedule", b"schedule ", b"schedule n 0 60 fire ", b"schedule n 0 60 skip 5 ",
+         b"schedule n 1 1 fire 3 every ", b"unschedule ", b"unschedule", b"list-schedules",
+         b"fire-schedule ", b"pause-schedule ", b"resume-schedule ", b"resume-schedule"]
 PIECES = [b"0", b"1", b"5", b"42", b"-1", b"+3", b"4294967295", b"4294967296",
           b"18446744073709551616", b" ", b"  ", b"\t", b"x", b"foo", b"-x", b"a" * 120,
           b"\r", b"\n", b"\0", b"\r\n", b".", b".5", b".123456789", b".0000000001"]
@@ -137,6 +138,25 @@ def test_schedule_lines_parse():
             ("UNKNOWN_COMMAND", None), (S, "BAD_FORMAT", None, b"n 0 60 fire x every 1"),
             ("unschedule", None, b"n"), ("fire-schedule", "BAD_FORMAT")]
     assert compiled([data]) == want == reference([data])
+
+
+def test_move_job_and_reprioritize_job_parse():
+    # one space between words, an id below 2^64, a tube name as use's, a
+    # priority as put's; a malformed line keeps its op (for --strict)
+    name = b"t" * 200
+    lines = [b"move-job 1 t", b"move-job 18446744073709551615 a-b", b"move-job 12 " + name,
+             b"move-job 1 -t", b"move-job 1  t", b"move-job  1 t", b"move-job 1 t ", b"move-job 1",
+             b"move-job", b"move-jobs 1 t", b"move-job 18446744073709551616 t", b"move-job x t",
+             b"move-job 1 " + name + b"t",
+             b"reprioritize-job 3 0", b"reprioritize-job 3 4294967295", b"reprioritize-job 3 4294967296",
+             b"reprioritize-job 3 -1", b"reprioritize-job 3", b"reprioritize-job 3 1 2",
+             b"reprioritize-job 3  1", b"reprioritize-jobx"]
+    M, R, B = "move-job", "reprioritize-job", "BAD_FORMAT"
+    want = [(M, None, 1, b"t"), (M, None, 2**64 - 1, b"a-b"), (M, None, 12, name)] + [(M, B)] * 10 + [
+        (R, None, 3, 0), (R, None, 3, 2**32 - 1)] + [(R, B)] * 6
+    data = b"".join(line + b"\r\n" for line in lines)
+    assert compiled([data]) == want == reference([data])
+    assert len(b"move-job 999999999999 " + name + b"\r\n") == 224     # the longest line
 
 
 def test_test_only_commands_parse():

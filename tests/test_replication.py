@@ -610,6 +610,43 @@ def test_keys_and_retry_limits_survive_a_failover(cluster, nodes, tmp_path):
         assert c.stats_job(tried)["tube"] == "dead"
 
 
+def test_moves_priorities_and_origins_survive_a_failover(cluster, nodes, tmp_path):
+    # move-job and reprioritize-job ride in the replication log as in a
+    # binlog, and so does a dead letter's origin: the node that takes over has
+    # each job where, and as urgent as, the old primary had it
+    for name in ("a", "b"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    with primary.client() as c:
+        c.use("t")
+        ready, delayed, buried = c.put(b"r", pri=9), c.put(b"d", delay=3600), c.put(b"b")
+        c.reserve_job(buried)
+        c.cmd(b"bury %d 0" % buried, b"BURIED")
+        keyed, _ = c.put_unique(b"k", "key")
+        for jid in (ready, delayed, buried, keyed):
+            c.move_job(jid, "u")
+        c.reprioritize_job(ready, 4)
+        c.reprioritize_job(delayed, 5)
+        c.reprioritize_job(buried, 6)
+        assert c.retry_limit(1, "dead") == (1, "dead")
+        dead = c.put(b"dead")
+        c.reserve_job(dead)
+        c.cmd(b"release %d 0 0" % dead, b"RELEASED")
+        assert c.yaml(b"fastbean-stats")["dead-letter-origins"] == 1
+    primary.kill()
+    new = find_primary(nodes, exclude=(primary,))
+    with new.client() as c:
+        assert job_info(c, [ready, delayed, buried, keyed, dead]) == {
+            ready: ("u", 4, "ready", b"r"), delayed: ("u", 5, "delayed", b"d"),
+            buried: ("u", 6, "buried", b"b"), keyed: ("u", 0, "ready", b"k"),
+            dead: ("dead", 0, "ready", b"dead")}
+        c.use("u")
+        assert c.put_unique(b"again", "key") == (keyed, "ready")
+        assert c.yaml(b"fastbean-stats")["dead-letter-origins"] == 1
+        c.move_job(dead, "t")                           # the console's requeue
+        assert c.yaml(b"fastbean-stats")["dead-letter-origins"] == 0
+
+
 def test_replicated_binlog_directory_must_be_a_mirror(cluster, tmp_path):
     # A directory with a binlog of a lone server is not emptied by --replicate.
     lone = Server("fastbean", "-b", tmp_path).start()

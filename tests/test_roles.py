@@ -372,6 +372,23 @@ def test_schedules_by_role(guarded):
         assert re.fullmatch(rb"FIRED \d+\r\nPAUSED\r\nRESUMED\r\nUNSCHEDULED\r\n", reply), reply
 
 
+def test_move_job_and_reprioritize_job_are_an_admins(guarded):
+    # even on a job of the client's own tubes, to a tube of its own: only an
+    # admin moves jobs between tubes or changes their priority
+    job = put_plain(guarded, "jobs-mv", b"a")
+    for name in ("prod", "work", "mon", "both"):
+        with login(guarded, name) as t:
+            talk(t, b"move-job %d jobs-mv2\r\nreprioritize-job %d 1\r\n" % (job, job),
+                 b"NOT_PERMITTED\r\n" * 2)
+    with login(guarded, "boss") as t:
+        talk(t, b"move-job %d jobs-mv2\r\nreprioritize-job %d 1\r\n" % (job, job),
+             b"MOVED\r\nREPRIORITIZED\r\n")
+    with client(guarded.port) as c:
+        stats = c.stats_job(job)
+        assert (stats["tube"], stats["pri"]) == ("jobs-mv2", 1)
+        c.delete(job)
+
+
 def test_answers_wait_for_the_engine_however_its_replies_are_cut():
     # the engine's replies (bodies holding CRLFs, a big one by writelines) cut
     # at every byte: the refusals behind them come out right after each

@@ -312,19 +312,22 @@ def test_the_engine_rules_catch_a_broken_copy_of_the_engine():
 PACKAGE = os.path.join(ROOT, "fastbean")
 
 # part -> the parts it may import. The leaves (config, errors, logs, wal,
-# sockets, client, cron) import only leaves; the engine, config and cron. The admin tool and the testing package
-# run against servers over sockets, through the protocol client: they never
-# import the engine or the server.
-LEAVES = {"config", "errors", "logs", "wal", "sockets", "client", "version", "cron"}
+# sockets, client, options, cron) import only leaves; the engine config and
+# cron. The admin tool and the testing package run against servers over
+# sockets, through the protocol client: they never import the engine or the
+# server.
+LEAVES = {"config", "errors", "logs", "wal", "sockets", "client", "version", "options", "cron"}
 MAY_IMPORT = {
     "leaf": LEAVES,
     "engine": {"config", "cron"},
     "binlog": LEAVES | {"engine", "binlog"},
     "replication": LEAVES | {"engine", "binlog", "replication"},
     "server": LEAVES | {"engine", "binlog", "replication", "server"},
-    "cli": LEAVES | {"server"},
+    "cli": LEAVES | {"server", "binlog"},      # binlog: the -b directory is looked at before listening
     "ctl": {"config", "errors", "client", "ctl", "version"},
     "testing": {"config", "errors", "client", "testing", "version"},
+    # the man pages are written from the server's option table and fastbean-ctl's parser
+    "manpages": LEAVES | {"ctl"},
 }
 # third-party packages only one part may import
 ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py"}}
@@ -338,6 +341,8 @@ def part_of(path):
     name = os.path.splitext(top)[0]
     if name in ("cli", "__main__"):
         return "cli"
+    if name == "manpages":
+        return "manpages"
     if name == "__init__":
         return "leaf"               # the version only
     return "leaf"

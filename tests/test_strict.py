@@ -22,6 +22,8 @@ EXTENSION_LINES = [
     b"delete-batch 1 2", b"delete-batch", b"delete-batch x",
     b"delete-each 1 2", b"delete-each", b"retry-limit", b"retry-limit 3", b"retry-limit 3 dead",
     b"retry-limit default", b"retry-limit x",
+    b"move-job 1 other", b"move-job 1", b"move-job 1 -x", b"move-jobs", b"reprioritize-job 1 5",
+    b"reprioritize-job 1", b"reprioritize-job 1 x", b"reprioritize-jobx",
 ]
 # beanstalkd reads a line that starts with "reserve" and is no reserve as a bad one
 BAD_FORMAT_LINES = {b"reserve-batch 5", b"reserve-batch 5 1", b"reserve-batch", b"reserve-batch 0"}

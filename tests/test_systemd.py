@@ -99,7 +99,7 @@ def test_ready_status_watchdog_and_stopping_on_an_abstract_socket(tmp_path):
         for _ in range(3):                          # a ping every 100 ms
             manager.wait_for("WATCHDOG=1")
         p.signal(signal.SIGUSR1)
-        manager.wait_for("STATUS=1 job, 0 connections; draining")
+        manager.wait_for("STATUS=1 job, 0 connections; drained: no job reserved")
         p.signal(signal.SIGTERM)
         manager.wait_for("STOPPING=1")
         assert p.wait(10) == 0

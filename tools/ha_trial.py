@@ -271,9 +271,14 @@ def main(argv=None):
                     sys.stdout.flush()
             roles = now
     except KeyboardInterrupt:
+        print("\nstopping the three nodes and the three NATS servers...")
+        sys.stdout.flush()
         return 0
     finally:
         trial.stop()
+        if not args.check:
+            print("stopped%s" % (": the logs and NATS stores are kept in %s" % trial.dir
+                                 if args.dir else ", and the temporary directory removed"))
 
 
 if __name__ == "__main__":

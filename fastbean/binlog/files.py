@@ -6,6 +6,7 @@ import fcntl
 import logging
 import os
 import pwd
+import stat
 
 from fastbean.engine.core import FILE_HEADER
 from fastbean.errors import EXIT_BINLOG_DIR, BinlogError, BinlogLockedError
@@ -84,6 +85,8 @@ class Directory:
         """Why the directory cannot be used, for the one line the server logs."""
         path = self.path
         if err == errno.ENOENT:
+            if os.path.isdir(path):     # /proc: there, but no file can be made in it
+                return "binlog directory %s takes no new files: %s" % (path, strerror)
             return "binlog directory %s does not exist" % path
         if err == errno.ENOTDIR:
             if os.path.exists(path) and not os.path.isdir(path):
@@ -94,6 +97,18 @@ class Directory:
         if err in (errno.EACCES, errno.EPERM):
             return "binlog directory %s is not writable by user %s: %s" % (path, user(), strerror)
         return "cannot use binlog directory %s: %s" % (path, strerror)
+
+    def check(self) -> None:
+        """Before the listeners open: a path that is no directory at all
+        raises the BinlogError lock() would raise, so the server does not
+        say it listens first. Rights are left to lock(), under -u's user."""
+        try:
+            if stat.S_ISDIR(os.stat(self.path).st_mode):
+                return
+            err = errno.ENOTDIR
+        except OSError as e:
+            err = e.errno or errno.ENOENT
+        raise BinlogError(self._unusable(err, os.strerror(err)), EXIT_BINLOG_DIR)
 
     def unlock(self) -> None:
         if self._lock_fd >= 0:

@@ -200,6 +200,37 @@ def cmd_retry_limit(args, client):
     return EXIT_OK
 
 
+def _extension(client, call, what):
+    """call(); a server without the extension (UNKNOWN_COMMAND) said plainly."""
+    try:
+        return call()
+    except ServerError as e:
+        if e.reply != b"UNKNOWN_COMMAND":
+            raise
+        raise ServerError("%s cannot %s (beanstalkd, or fastbean --strict)" % (client.where, what),
+                          e.reply) from None
+
+
+def cmd_move(args, client):
+    try:
+        _extension(client, lambda: client.move_job(args.id, args.tube), "move jobs")
+    except NotFound as e:
+        raise NotFound("job %d not found (or reserved: a worker holds it)" % args.id, e.reply) from None
+    _say(args, "moved job %d to tube %s" % (args.id, _quoted(args.tube)),
+         {"id": args.id, "tube": args.tube})
+    return EXIT_OK
+
+
+def cmd_priority(args, client):
+    try:
+        _extension(client, lambda: client.reprioritize_job(args.id, args.pri),
+                   "change a job's priority")
+    except NotFound as e:
+        raise NotFound("job %d not found" % args.id, e.reply) from None
+    _say(args, "job %d has priority %d" % (args.id, args.pri), {"id": args.id, "pri": args.pri})
+    return EXIT_OK
+
+
 def _delete_each(client, ids):
     """The ids of these that delete-each did not delete, or None from a server
     without it (beanstalkd, fastbean --strict). The first command fits in

@@ -23,8 +23,10 @@ from fastbean.ctl.commands import (
     _warn,
     cmd_delete,
     cmd_kick,
+    cmd_move,
     cmd_pause,
     cmd_peek,
+    cmd_priority,
     cmd_put,
     cmd_retry_limit,
     cmd_stats,
@@ -239,6 +241,16 @@ def build_parser():
                      help="move such jobs, ready, to this tube instead of burying them")
     sub.add_argument("--default", action="store_true",
                      help="go back to the server's default (--retry-limit)")
+
+    sub = command("move", cmd_move, "move a ready, delayed or buried job to another tube, "
+                                    "keeping its id, state and priority (a fastbean extension)")
+    sub.add_argument("id", metavar="ID", type=JOB_ID)
+    sub.add_argument("tube", metavar="TUBE", type=_tube)
+
+    sub = command("priority", cmd_priority, "give a job a new priority, 0 most urgent, "
+                                            "whatever its state (a fastbean extension)")
+    sub.add_argument("id", metavar="ID", type=JOB_ID)
+    sub.add_argument("pri", metavar="PRI", type=_uint("a priority"))
 
     sub = command("delete", cmd_delete, "delete jobs by id")
     sub.add_argument("ids", metavar="ID", nargs="+", type=JOB_ID)

@@ -81,4 +81,8 @@ cdef int core_check(Core core) except -1:
             j = job_find(core, id)
             assert j != NULL and j.flags & JOB_KEYED and <bytes>j.tube.name == tube, "a key's job"
             assert (<tuple>core.job_keys[id])[0] == key, "a key's job has another key"
+    # every dead letter's origin is its job's, and flagged
+    for id in core.origins:
+        j = job_find(core, id)
+        assert j != NULL and j.flags & JOB_ORIGIN, "an origin's job"
     return 0

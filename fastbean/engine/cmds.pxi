@@ -118,20 +118,8 @@ cdef int _put_found(Core core, Conn c, tuple found) except -1:
         return out_bytes(c, b"INSERTED %d DELETED\r\n" % found[0])
     j = job_find(core, <uint64_t>found[0])
     ratchet = pri < j.pri
-    if ratchet and core.wal_on and not wal_room(core, WAL_SHORT, 0):
+    if ratchet and not job_set_pri(core, j, pri):
         return out_text(c, MSG_OUT_OF_MEMORY)
-    if ratchet:
-        if j.state == JOB_READY:
-            job_unlink(core, j)
-            j.pri = pri
-            j.state = JOB_READY
-            if core.wal_on:
-                wal_record(core, j, False)
-            job_make_ready(core, j)
-        else:
-            j.pri = pri
-            if core.wal_on:
-                wal_record(core, j, False)
     state = _STATE_WORDS[j.state]
     if ratchet:
         return out_bytes(c, b"INSERTED %d %s %d\r\n" % (j.id, state, pri))
@@ -288,6 +276,33 @@ cdef int cmd_retry_limit(Core core, Conn c, Cmd *cmd) except -1:
     if (<tuple>p)[1] is None:
         return out_bytes(c, b"RETRY_LIMIT %d\r\n" % (<tuple>p)[0])
     return out_bytes(c, b"RETRY_LIMIT %d %s\r\n" % p)
+
+
+cdef int cmd_move_job(Core core, Conn c, Cmd *cmd) except -1:
+    # move-job: a ready, delayed or buried job into another tube, as it is
+    # (queue.pxi's job_move); a reserved one is its worker's: not found.
+    cdef Job *j = job_find(core, cmd.id)
+    core.move_job_ct += 1
+    if j == NULL or j.state == JOB_RESERVED or j.state == JOB_INVALID:
+        return out_text(c, MSG_NOT_FOUND)
+    name = PyBytes_FromStringAndSize(cmd.name, cmd.name_len)
+    if name == <bytes>j.tube.name:
+        return out_text(c, MSG_MOVED)
+    if not job_move(core, j, name):
+        return out_text(c, MSG_OUT_OF_MEMORY)
+    return out_text(c, MSG_MOVED)
+
+
+cdef int cmd_reprioritize_job(Core core, Conn c, Cmd *cmd) except -1:
+    # reprioritize-job: a job's priority, in any state, whoever holds it (a
+    # reserved job keeps it until its worker's release or bury names one)
+    cdef Job *j = job_find(core, cmd.id)
+    core.reprioritize_job_ct += 1
+    if j == NULL or j.state == JOB_INVALID:
+        return out_text(c, MSG_NOT_FOUND)
+    if not job_set_pri(core, j, cmd.pri):
+        return out_text(c, MSG_OUT_OF_MEMORY)
+    return out_text(c, MSG_REPRIORITIZED)
 
 
 cdef int cmd_bury(Core core, Conn c, Cmd *cmd) except -1:
@@ -583,6 +598,10 @@ cdef int _dispatch(Core core, Conn c, Cmd *cmd) except -1:
         return cmd_delete_batch(core, c, cmd)
     elif op == OP_RETRY_LIMIT:
         return cmd_retry_limit(core, c, cmd)
+    elif op == OP_MOVE_JOB:
+        return cmd_move_job(core, c, cmd)
+    elif op == OP_REPRIORITIZE_JOB:
+        return cmd_reprioritize_job(core, c, cmd)
     elif op == OP_EXT:
         return out_yaml(c, ext_yaml(core))
     elif op == OP_TEST_RESET or op == OP_TEST_ADVANCE:

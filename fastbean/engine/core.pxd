@@ -61,7 +61,7 @@ cdef enum:
     LAT_PUT = 0
     LAT_RESERVE = 1
     LAT_DELETE = 2
-    LAT_JOB = 3               # release, bury, touch, kick, kick-job
+    LAT_JOB = 3               # release, bury, touch, kick, kick-job, move-job, reprioritize-job
     LAT_PEEK = 4
     LAT_TUBE = 5              # use, watch, ignore, list-tube-used, pause-tube
     LAT_STATS = 6             # stats*, list-tubes*, fastbean-stats
@@ -81,6 +81,7 @@ cdef enum JobState:
 
 cdef enum:
     JOB_KEYED = 1             # put with an idempotency key: core.job_keys has it (keys.pxi)
+    JOB_ORIGIN = 2            # a dead letter: core.origins has the tube it came from (retry.pxi)
 
 
 # A binary min-heap of pointers. Each element records its own index through
@@ -136,7 +137,7 @@ ctypedef struct Job:
     uint32_t kick_ct
     int32_t wal_file          # binlog file holding the job's latest full record; 0 if none
     uint8_t state             # JobState
-    uint8_t flags             # JOB_KEYED (in padding: a job costs no more for it)
+    uint8_t flags             # JOB_KEYED, JOB_ORIGIN (in padding: a job costs no more for them)
     int32_t body_size         # bytes of the body, CRLF included
     Tube *tube                # holds a reference (tube.refs)
     PyObject *owner           # the reserving Conn while reserved (borrowed; it outlives the job's reservation)
@@ -292,6 +293,8 @@ cdef class Core:
     cdef readonly uint64_t retry_limit_ct  # retry-limit commands run
     cdef readonly uint64_t retry_buried, dead_lettered   # jobs whose retry limit buried or moved them
     cdef readonly uint64_t key_hits        # puts answered with the live (or cooling) job of their key
+    cdef readonly uint64_t move_job_ct     # move-job commands run
+    cdef readonly uint64_t reprioritize_job_ct   # reprioritize-job commands run
 
     # The extensions' state. Idempotency keys (keys.pxi): the live jobs' and
     # the deleted ones' still cooling down, per tube; retry limits (retry.pxi).
@@ -300,11 +303,16 @@ cdef class Core:
     cdef dict gone                    # (tube name, key) -> (id, cooldown end in wall ns)
     cdef dict policies                # tube name -> (limit, dead-letter tube or None); limit 0: none
     cdef tuple default_policy         # --retry-limit and --dead-letter-tube, or None
+    # id -> the tube (bytes) a retry limit last moved the job from to its
+    # dead-letter tube (JOB_ORIGIN); forgotten at its delete or a move-job.
+    # In the binlog an EXT_ORIGIN record goes before each of its full records.
+    cdef dict origins
     # Which binlog file holds the latest records of each piece of that state
     # (walg.pxi): ("key", tube, key) or ("policy", tube) -> (file number, records).
     cdef dict ext_items
     cdef object replay_tube           # the tube of the last EXT_TUBE record replayed
     cdef object replay_key            # (id, key, cooldown ns) of the last EXT_KEY replayed, or None
+    cdef object replay_origin         # (id, tube) of the last EXT_ORIGIN replayed, or None
 
     # Schedules (sched.pxi): recurring jobs the engine puts itself, from its
     # timer. The definitions and the last occurrence each fired are extension

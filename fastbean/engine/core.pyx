@@ -26,14 +26,15 @@ from fastbean.engine.wire cimport (
     MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED, MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED,
     MSG_NOT_IGNORED, MSG_DEADLINE_SOON, MSG_TIMED_OUT, MSG_CRLF, MSG_INSERTED, MSG_WATCHING,
     MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_RESET, MSG_ADVANCED, MSG_FLUSHED,
-    MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH,
+    MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH, MSG_MOVED, MSG_REPRIORITIZED,
     OP_PUT, OP_PEEK, OP_PEEK_READY, OP_PEEK_DELAYED, OP_PEEK_BURIED,
     OP_RESERVE, OP_RESERVE_TIMEOUT, OP_DELETE, OP_RELEASE, OP_USE, OP_WATCH, OP_IGNORE,
     OP_BURY, OP_KICK, OP_TOUCH, OP_STATS, OP_STATS_JOB, OP_STATS_TUBE, OP_LIST_TUBES,
     OP_LIST_TUBE_USED, OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB,
     OP_QUIT, OP_PUT_BODY, OP_SKIPPED, OP_BAD_FORMAT, OP_EXT, OP_COUNT, OP_TEST_RESET,
     OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, OP_RESERVE_BATCH,
-    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, RETRY_SHOW, RETRY_DEFAULT,
+    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, OP_MOVE_JOB, OP_REPRIORITIZE_JOB,
+    RETRY_SHOW, RETRY_DEFAULT,
     OP_SCHEDULE, OP_UNSCHEDULE, OP_LIST_SCHEDULES, OP_FIRE_SCHEDULE, OP_PAUSE_SCHEDULE,
     OP_RESUME_SCHEDULE, MSG_SCHEDULED, MSG_REPLACED, MSG_UNSCHEDULED, MSG_RESUMED, MSG_FIRED,
     ERR_NONE, ERR_BAD_FORMAT, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
@@ -155,6 +156,7 @@ cdef class Core:
         self.job_keys = {}
         self.gone = {}
         self.policies = {}
+        self.origins = {}
         self.default_policy = (int(retry_limit), dead_letter_tube or None) if retry_limit else None
         self.ext_items = {}
         self.schedules = {}
@@ -251,10 +253,15 @@ cdef class Core:
 
     # -- state ---------------------------------------------------------------------
 
-    def set_draining(self):
-        """SIGUSR1: from now on put answers DRAINING."""
+    def set_draining(self, bint on=True):
+        """SIGUSR1: from now on put answers DRAINING; SIGUSR2 (on=False): no more."""
         enter(self)
-        self.drain_mode = True
+        self.drain_mode = on
+
+    @property
+    def reserved_jobs(self):
+        """Jobs reserved now (a drain is complete once none is)."""
+        return self.reserved_ct
 
     @property
     def draining(self):
@@ -291,6 +298,15 @@ cdef class Core:
 
     def has_job(self, uint64_t id):
         return job_find(self, id) != NULL
+
+    def job_origin(self, uint64_t id):
+        """The tube (bytes) a retry limit moved job id from to its dead-letter
+        tube, or None: no such job, not a dead letter, or moved since by
+        move-job (retry.pxi). The console requeues a dead letter there."""
+        cdef Job *j = job_find(self, id)
+        if j == NULL or not j.flags & JOB_ORIGIN:
+            return None
+        return self.origins[id]
 
     def job_tube(self, uint64_t id):
         """The name of the tube job id is in, or None if there is no such job

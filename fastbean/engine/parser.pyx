@@ -14,8 +14,9 @@ from fastbean.engine.wire cimport (
     OP_LIST_TUBES_WATCHED, OP_PAUSE_TUBE, OP_RESERVE_JOB, OP_KICK_JOB, OP_QUIT, OP_PUT_BODY,
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
     OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
-    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, OP_SCHEDULE, OP_UNSCHEDULE, OP_LIST_SCHEDULES,
-    OP_FIRE_SCHEDULE, OP_PAUSE_SCHEDULE, OP_RESUME_SCHEDULE,
+    OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, OP_MOVE_JOB, OP_REPRIORITIZE_JOB,
+    OP_SCHEDULE, OP_UNSCHEDULE, OP_LIST_SCHEDULES, OP_FIRE_SCHEDULE, OP_PAUSE_SCHEDULE,
+    OP_RESUME_SCHEDULE,
     LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED, RETRY_SHOW, RETRY_SET, RETRY_DEFAULT,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
@@ -229,6 +230,32 @@ cdef bint _retry_args(Cmd *cmd, const char *p, const char *end) noexcept:
     return True
 
 
+cdef const char *_id_word(Cmd *cmd, const char *p, const char *end) noexcept:
+    # " <id> " of move-job and reprioritize-job: p past the second space,
+    # or NULL (one space each, no sign, below 2^64)
+    if p == end or p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return NULL
+    p = _read_uint(p + 1, end, UINT64_MAX, &cmd.id)
+    if p == NULL or p == end or p[0] != c' ' or p + 1 == end or p[1] == c' ':
+        return NULL
+    return p + 1
+
+
+cdef bint _move_args(Cmd *cmd, const char *p, const char *end) noexcept:
+    # move-job's " <id> <tube>"
+    p = _id_word(cmd, p, end)
+    if p == NULL or not name_ok(p, end - p):
+        return False
+    cmd.name, cmd.name_len = p, end - p
+    return True
+
+
+cdef bint _repri_args(Cmd *cmd, const char *p, const char *end) noexcept:
+    # reprioritize-job's " <id> <pri>", pri as put's (at most 2^32 - 1)
+    p = _id_word(cmd, p, end)
+    return p != NULL and _last_u32(p, end, &cmd.pri)
+
+
 cdef bint _ids(Cmd *cmd, const char *p, const char *end) noexcept:
     # delete-batch's (and delete-each's) " <id>[ <id>...]", 1 to BATCH_MAX
     # ids: the engine reads them from the text kept in name/name_len, each
@@ -373,6 +400,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             cmd.op = OP_RETRY_LIMIT
             if not _retry_args(cmd, s + 11, end):
                 cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"reprioritize-job", 16):
+            # fastbean's; beanstalkd does not know it
+            cmd.op = OP_REPRIORITIZE_JOB
+            if not _repri_args(cmd, s + 16, end):
+                cmd.err = ERR_BAD_FORMAT
         elif _is(s, n, b"release ", 8):
             p = _read_uint(s + 8, end, UINT64_MAX, &cmd.id)
             if p != NULL:
@@ -453,6 +485,12 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
         elif _is(s, n, b"list-schedules", 14):
             cmd.op = OP_LIST_SCHEDULES
             if n != 14:
+                cmd.err = ERR_BAD_FORMAT
+    elif c == c'm':
+        if _is(s, n, b"move-job", 8):
+            # fastbean's; beanstalkd does not know it
+            cmd.op = OP_MOVE_JOB
+            if not _move_args(cmd, s + 8, end):
                 cmd.err = ERR_BAD_FORMAT
     elif c == c'q':
         if _is(s, n, b"quit", 4):
@@ -810,6 +848,7 @@ OP_NAMES = {
     OP_TEST_ADVANCE: "fastbean-clock-advance", OP_FLUSH_TUBE: "flush-tube",
     OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
     OP_DELETE_BATCH: "delete-batch", OP_RETRY_LIMIT: "retry-limit", OP_DELETE_EACH: "delete-each",
+    OP_MOVE_JOB: "move-job", OP_REPRIORITIZE_JOB: "reprioritize-job",
     OP_SCHEDULE: "schedule", OP_UNSCHEDULE: "unschedule", OP_LIST_SCHEDULES: "list-schedules",
     OP_FIRE_SCHEDULE: "fire-schedule", OP_PAUSE_SCHEDULE: "pause-schedule",
     OP_RESUME_SCHEDULE: "resume-schedule",
@@ -841,6 +880,10 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, tuple(int(w) for w in cmd.name[:cmd.name_len].split(b" ")))
     if op == OP_RETRY_LIMIT and err is None:
         return (name, err, cmd.list_state, cmd.bound, cmd.name[:cmd.name_len] if cmd.name_len else None)
+    if op == OP_MOVE_JOB and err is None:
+        return (name, err, cmd.id, cmd.name[:cmd.name_len])
+    if op == OP_REPRIORITIZE_JOB and err is None:
+        return (name, err, cmd.id, cmd.pri)
     if op == OP_RESERVE_BATCH and err is None:
         return (name, err, cmd.bound, cmd.delay)
     if op == OP_LIST_TUBE and err is None:

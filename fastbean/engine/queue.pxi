@@ -5,7 +5,7 @@
 #
 # Offers: URGENT_PRI, KICK_BATCH, job_unlink, job_make_ready, job_make_delayed,
 #   job_bury, job_reserve, process_queue, batch_answer, kick_one, job_delete, job_drop,
-#   job_retry, job_retry_over, queue_tick, next_deadline, rearm.
+#   job_retry, job_retry_over, job_move, job_set_pri, queue_tick, next_deadline, rearm.
 # Uses: clock, hooks, vec, heap, mem, wal, tube, job, walg, keys, retry, conn.
 
 cdef enum:
@@ -188,8 +188,10 @@ cdef int job_drop(Core core, Job *j) except -1:
     # Out for good, logged as a delete; stats-tube's cmd-delete counts only
     # delete commands, so flush-tube (flush.pxi) comes here directly.
     job_unlink(core, j)
-    if j.flags & JOB_KEYED:
-        key_release(core, j)            # its cooldown's records go before the delete
+    if j.flags:
+        if j.flags & JOB_KEYED:
+            key_release(core, j)        # its cooldown's records go before the delete
+        origin_forget(core, j)
     if core.wal_on and j.wal_file:
         # spends the space reserved at put time; cannot fail for room
         wal_record(core, j, False)
@@ -228,9 +230,11 @@ cdef bint job_retry_over(Core core, Job *j, tuple p) except -1:
         core.retry_buried += 1
         return True
     # beanstalkd's binlog has no move: the job is deleted and put again
-    # under the same id, a delete record then a full one in the new tube.
+    # under the same id, a delete record then a full one in the new tube
+    # (and before it, the origin's record).
     if core.wal_on and not wal_room(
-            core, WAL_SHORT + 4 + PyBytes_GET_SIZE(dlq) + sizeof(Jobrec) + j.body_size, 0):
+            core, WAL_SHORT + 4 + PyBytes_GET_SIZE(dlq) + sizeof(Jobrec) + j.body_size
+            + origin_size(<bytes>j.tube.name), 0):
         return False
     if j.flags & JOB_KEYED:
         # the key was the old tube's: it goes with no cooldown
@@ -241,6 +245,7 @@ cdef bint job_retry_over(Core core, Job *j, tuple p) except -1:
         wal_record(core, j, False)      # state JOB_INVALID: the delete record
         wal_disown(core, j)             # its full record's size is the old tube's
     old = j.tube
+    origin_set(core, j, <bytes>old.name)
     j.tube = tube_get(core, PyBytes_AS_STRING(dlq), PyBytes_GET_SIZE(dlq), True)
     tube_incref(j.tube)
     tube_decref(core, old)
@@ -250,6 +255,87 @@ cdef bint job_retry_over(Core core, Job *j, tuple p) except -1:
         wal_record(core, j, True)
     core.dead_lettered += 1
     job_make_ready(core, j)
+    return True
+
+
+cdef bint job_move(Core core, Job *j, bytes name) except -1:
+    # move-job: j (ready, delayed or buried) into tube `name` in the same
+    # state, with its id, priority, counts and a delay's time left (a buried
+    # job goes to the end of the new tube's buried list). Logged as the
+    # dead-letter move is: its delete, then its full record in the new tube.
+    # Its key goes with it unless a live job of the new tube has that key
+    # (then it is dropped, with no cooldown); a dead letter's origin is
+    # forgotten. False when the binlog has no room (nothing is changed).
+    cdef uint8_t state = j.state
+    cdef Tube *old = j.tube
+    cdef Tube *t
+    cdef object key = None
+    cdef int64_t cool = 0
+    cdef Py_ssize_t key_bytes = 0, resv_more = 0
+    if j.flags & JOB_KEYED:
+        k = <tuple>core.job_keys[j.id]
+        tube_keys = core.keys.get(name)
+        if tube_keys is None or k[0] not in <dict>tube_keys:
+            key, cool = k
+            key_bytes = 4 + PyBytes_GET_SIZE(<bytes>key) + sizeof(Jobrec)
+            if cool:
+                resv_more = gone_size(name, key) - gone_size(<bytes>old.name, key)
+    if core.wal_on and not wal_room(
+            core, WAL_SHORT + 4 + PyBytes_GET_SIZE(name) + sizeof(Jobrec) + j.body_size + key_bytes,
+            resv_more if resv_more > 0 else 0):
+        return False
+    job_unlink(core, j)
+    if j.flags:
+        if j.flags & JOB_KEYED:
+            k = key_unbind(core, j)
+            if k[1] and core.wal_on:
+                core.wal_resv -= gone_size(<bytes>old.name, <bytes>k[0])
+        origin_forget(core, j)
+    if core.wal_on:
+        wal_record(core, j, False)      # state JOB_INVALID: the delete record
+        wal_disown(core, j)
+    t = tube_get(core, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), True)
+    tube_incref(t)
+    j.tube = t
+    tube_decref(core, old)
+    t.total_jobs += 1
+    if key is not None:
+        key_bind(core, j, key, cool)
+        if cool and core.wal_on:
+            core.wal_resv += gone_size(name, key)
+    j.state = state
+    if core.wal_on:
+        wal_record(core, j, True)
+    if state == JOB_READY:
+        job_make_ready(core, j)         # a reserve waiting on t gets it, as after a put
+    elif state == JOB_DELAYED:
+        job_make_delayed(core, j, j.deadline)
+    else:
+        list_push_back(&t.buried, j, LINK_STATE)
+        t.buried_ct += 1
+        core.buried_ct += 1
+    return True
+
+
+cdef bint job_set_pri(Core core, Job *j, uint32_t pri) except -1:
+    # j's priority is pri now, in any state: a ready job takes its new place
+    # in the reserve order; logged as a short record of the job (beanstalkd
+    # copies it over its job). False when the binlog has no room.
+    if pri == j.pri:
+        return True
+    if core.wal_on and not wal_room(core, WAL_SHORT, 0):
+        return False
+    if j.state == JOB_READY:
+        job_unlink(core, j)
+        j.pri = pri
+        j.state = JOB_READY
+        if core.wal_on:
+            wal_record(core, j, False)
+        job_make_ready(core, j)
+    else:
+        j.pri = pri
+        if core.wal_on:
+            wal_record(core, j, False)
     return True
 
 

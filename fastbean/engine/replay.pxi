@@ -60,6 +60,10 @@ cdef object _replay_ext(Core core, Jobrec *rec, const char *name, int32_t namele
         if key_parse(PyBytes_AS_STRING(b" idp:" + nm), namelen + 5) is None:
             return "bad key in an extension record"
         core.replay_key = (<uint64_t>rec.delay, nm, rec.deadline_at)
+    elif kind == EXT_ORIGIN:
+        if not name_ok(name, namelen):
+            return "bad tube name in an extension record"
+        core.replay_origin = (<uint64_t>rec.delay, nm)
     elif kind == EXT_GONE or kind == EXT_POLICY:
         if core.replay_tube is None:
             return "extension record without its tube"
@@ -105,6 +109,7 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
         list_remove(&core.replayed, j, LINK_STATE)
         if j.flags & JOB_KEYED:
             key_unbind(core, j)         # its cooldown, if any, came just before
+        origin_forget(core, j)
         wal_disown(core, j)
         job_free(core, j)
         return None
@@ -132,6 +137,13 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
                     key_unbind(core, j)
                 key_bind(core, j, (<tuple>core.replay_key)[1], (<tuple>core.replay_key)[2])
             core.replay_key = None
+        # a dead letter's full records each come after its origin's; one
+        # without it was moved by move-job
+        if core.replay_origin is not None and (<tuple>core.replay_origin)[0] == j.id:
+            origin_set(core, j, (<tuple>core.replay_origin)[1])
+        else:
+            origin_forget(core, j)
+        core.replay_origin = None
         if fire is not None and (<tuple>fire)[0] == j.id:
             sched_replay_fired(core, (<tuple>fire)[1], (<tuple>fire)[2], (<tuple>fire)[3], (<tuple>fire)[4])
     return None
@@ -162,7 +174,7 @@ cdef Py_ssize_t wal_replay_finish(Core core) except -1:
     for id, k in core.job_keys.items():
         if (<tuple>k)[1]:               # room for its cooldown's records
             core.wal_resv += gone_size(<bytes>job_find(core, id).tube.name, <bytes>(<tuple>k)[0])
-    core.replay_tube = core.replay_key = None
+    core.replay_tube = core.replay_key = core.replay_origin = None
     sched_replay_finish(core)
     if core.replay_max_id >= core.next_id:
         core.next_id = core.replay_max_id + 1

@@ -8,7 +8,15 @@
 # binlog it is an EXT_TUBE + EXT_POLICY pair, kept in a file as the other
 # extension state is (ext_put): a restart, or a replica, has it.
 #
-# Offers: retry_policy, retry_applies, policy_set, policy_size.
+# A job a limit moves remembers the tube it came from (its origin: the tube
+# a console requeues it to with move-job), in core.origins by id with the
+# JOB_ORIGIN flag, until it is deleted or moved again by move-job. In the
+# binlog an EXT_ORIGIN record goes before each of its full records, as a
+# key's EXT_KEY does (walg.pxi's wal_record), so the origin lives in the
+# file that holds the job.
+#
+# Offers: retry_policy, retry_applies, policy_set, policy_size, origin_set,
+#   origin_forget, origin_size.
 # Uses: wal, walg.
 
 
@@ -49,4 +57,23 @@ cdef int policy_set(Core core, bytes tube, uint32_t limit, object dlq, bint to_d
             ext_put(core, ("policy", tube), recs)
         else:
             ext_own(core, ("policy", tube), recs)
+    return 0
+
+
+cdef inline Py_ssize_t origin_size(bytes tube) noexcept:
+    # the EXT_ORIGIN record before a dead letter's full record
+    return 4 + PyBytes_GET_SIZE(tube) + sizeof(Jobrec)
+
+
+cdef int origin_set(Core core, Job *j, bytes tube) except -1:
+    # j was dead-lettered from tube (its next full record carries it)
+    core.origins[j.id] = tube
+    j.flags |= JOB_ORIGIN
+    return 0
+
+
+cdef int origin_forget(Core core, Job *j) except -1:
+    if j.flags & JOB_ORIGIN:
+        del core.origins[j.id]
+        j.flags &= ~JOB_ORIGIN
     return 0

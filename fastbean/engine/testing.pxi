@@ -78,6 +78,7 @@ cdef int _reset(Core core, Conn c) except -1:
         ext_disown(core, what)
     core.gone = {}
     core.policies = {}
+    core.origins = {}
     sched_reset(core)
     memset(core.cmd_ct, 0, sizeof(core.cmd_ct))
     core.job_timeouts = core.total_jobs = core.total_conns = 0

@@ -2,7 +2,7 @@
 # encoding a job's record and reading records back. The files are
 # binlog.py's business, the space and ownership walg.pxi's.
 #
-# Offers: WAL_SHORT, WAL_HEADER, EXT_ID, EXT_TUBE, EXT_KEY, EXT_GONE, EXT_POLICY,
+# Offers: WAL_SHORT, WAL_HEADER, EXT_ID, EXT_TUBE, EXT_KEY, EXT_GONE, EXT_POLICY, EXT_ORIGIN,
 #   EXT_SPEC, EXT_BODY, EXT_SCHED, EXT_UNSCHED, EXT_FIRE, EXT_LAST,
 #   wal_full_size, rec_fill, rec_fill_marker, ext_rec, header_check, rec_read.
 # Python: FILE_HEADER, FILE_FIRST_RECORD, id_marker.
@@ -32,6 +32,8 @@ cdef enum:
 #               deadline_at: the cooldown's end, wall ns
 #   EXT_POLICY  name: the dead-letter tube, or empty (bury); reserve_ct: the
 #               retry limit; kick_ct: 1 = back to the server's default
+#   EXT_ORIGIN  name: the tube job `delay` was dead-lettered from, whose full
+#               record comes next
 #   EXT_SPEC    name: the spec of the EXT_SCHED that follows
 #   EXT_BODY    name: up to NAME_MAX bytes of its body (none for an empty one)
 #   EXT_SCHED   name: a schedule, defined after EXT_TUBE, EXT_SPEC and its
@@ -49,12 +51,13 @@ cdef enum:
     EXT_KEY = 2
     EXT_GONE = 3
     EXT_POLICY = 4
-    EXT_SPEC = 5
-    EXT_BODY = 6
-    EXT_SCHED = 7
-    EXT_UNSCHED = 8
-    EXT_FIRE = 9
-    EXT_LAST = 10
+    EXT_ORIGIN = 5
+    EXT_SPEC = 6
+    EXT_BODY = 7
+    EXT_SCHED = 8
+    EXT_UNSCHED = 9
+    EXT_FIRE = 10
+    EXT_LAST = 11
 
 
 cdef int32_t _version = WAL_VERSION

@@ -48,17 +48,24 @@ cdef int wal_marker(Core core) except -1:
 
 
 cdef inline Py_ssize_t wal_key_size(Core core, Job *j) noexcept:
-    # The bytes of the EXT_KEY record before each full record of a keyed job.
-    if not j.flags & JOB_KEYED:
+    # The bytes of the extension records before each full record of j: a
+    # keyed job's EXT_KEY, a dead letter's EXT_ORIGIN.
+    cdef Py_ssize_t n = 0
+    if not j.flags:
         return 0
-    return 4 + PyBytes_GET_SIZE(<bytes>(<tuple>core.job_keys[j.id])[0]) + sizeof(Jobrec)
+    if j.flags & JOB_KEYED:
+        n += 4 + PyBytes_GET_SIZE(<bytes>(<tuple>core.job_keys[j.id])[0]) + sizeof(Jobrec)
+    if j.flags & JOB_ORIGIN:
+        n += 4 + PyBytes_GET_SIZE(<bytes>core.origins[j.id]) + sizeof(Jobrec)
+    return n
 
 
 cdef int wal_record(Core core, Job *j, bint full, bytes pre=None) except -1:
     # Append j's record: full (put, migration) or short (every update).
     # The caller has made sure the current file has room (wal_room) for it,
-    # and for a keyed job's key record (wal_key_size), which goes first, or
-    # the records `pre` to go right before a full one (a schedule's EXT_FIRE).
+    # and for a keyed job's key record and a dead letter's origin record
+    # (wal_key_size), which go first, or the records `pre` to go right
+    # before those (a schedule's EXT_FIRE).
     cdef Jobrec rec
     cdef int32_t namelen = 0
     cdef bytes name
@@ -67,9 +74,13 @@ cdef int wal_record(Core core, Job *j, bint full, bytes pre=None) except -1:
     if full:
         name = <bytes>j.tube.name
         namelen = <int32_t>PyBytes_GET_SIZE(name)
-        if j.flags & JOB_KEYED:
-            k = <tuple>core.job_keys[j.id]
-            key = ext_rec(EXT_KEY, <bytes>k[0], <int64_t>j.id, <int64_t>k[1], 0, 0)
+        if j.flags:
+            key = b""
+            if j.flags & JOB_ORIGIN:
+                key = ext_rec(EXT_ORIGIN, <bytes>core.origins[j.id], <int64_t>j.id, 0, 0, 0)
+            if j.flags & JOB_KEYED:
+                k = <tuple>core.job_keys[j.id]
+                key += ext_rec(EXT_KEY, <bytes>k[0], <int64_t>j.id, <int64_t>k[1], 0, 0)
             pre = key if pre is None else pre + key
         if pre is not None:
             wal_begin(core, PyBytes_GET_SIZE(pre) + wal_full_size(j))

@@ -72,15 +72,17 @@ cdef enum Op:
     OP_DELETE_BATCH = 37      # delete-batch <id>... (cmds.pxi)
     OP_RETRY_LIMIT = 38       # retry-limit [<count> [<tube>] | default] (retry.pxi)
     OP_DELETE_EACH = 39       # delete-each <id>... (cmds.pxi)
+    OP_MOVE_JOB = 40          # move-job <id> <tube> (cmds.pxi, queue.pxi's job_move)
+    OP_REPRIORITIZE_JOB = 41  # reprioritize-job <id> <pri> (cmds.pxi)
     # schedules (sched.pxi): schedule <name> <pri> <ttr> <misfire> <bytes> <spec>
     # (its body follows as a put's), and the others on a schedule's name
-    OP_SCHEDULE = 40
-    OP_UNSCHEDULE = 41        # unschedule <name>
-    OP_LIST_SCHEDULES = 42    # list-schedules
-    OP_FIRE_SCHEDULE = 43     # fire-schedule <name>
-    OP_PAUSE_SCHEDULE = 44    # pause-schedule <name>
-    OP_RESUME_SCHEDULE = 45   # resume-schedule <name>
-    OP_COUNT = 46
+    OP_SCHEDULE = 42
+    OP_UNSCHEDULE = 43        # unschedule <name>
+    OP_LIST_SCHEDULES = 44    # list-schedules
+    OP_FIRE_SCHEDULE = 45     # fire-schedule <name>
+    OP_PAUSE_SCHEDULE = 46    # pause-schedule <name>
+    OP_RESUME_SCHEDULE = 47   # resume-schedule <name>
+    OP_COUNT = 48
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -106,7 +108,7 @@ ctypedef struct Cmd:
     int op
     int err
     uint64_t id               # job id (peek, delete, release, bury, touch, kick-job, ...)
-    uint32_t pri
+    uint32_t pri              # put, release, bury, reprioritize-job
     uint32_t delay            # seconds (put, release, pause-tube; reserve-batch's timeout)
     uint32_t ttr              # seconds
     uint32_t nbytes           # declared body size of a put
@@ -119,8 +121,8 @@ ctypedef struct Cmd:
     # put: bytes after the size field (name/name_len: those bytes); schedule:
     # no size could be read, so no body follows
     bint garbage
-    # tube name (delete-batch: its ids; schedule: all its words), borrowed
-    # until the next Parser call
+    # tube name (delete-batch: its ids; move-job: the new tube; schedule: all
+    # its words), borrowed until the next Parser call
     const char *name
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
@@ -168,6 +170,8 @@ cdef extern from *:
     #define MSG_BURIED          FB_TEXT("BURIED\\r\\n")
     #define MSG_TOUCHED         FB_TEXT("TOUCHED\\r\\n")
     #define MSG_KICKED          FB_TEXT("KICKED\\r\\n")
+    #define MSG_MOVED           FB_TEXT("MOVED\\r\\n")
+    #define MSG_REPRIORITIZED   FB_TEXT("REPRIORITIZED\\r\\n")
     #define MSG_PAUSED          FB_TEXT("PAUSED\\r\\n")
     #define MSG_NOT_IGNORED     FB_TEXT("NOT_IGNORED\\r\\n")
     #define MSG_DEADLINE_SOON   FB_TEXT("DEADLINE_SOON\\r\\n")
@@ -193,7 +197,7 @@ cdef extern from *:
     Text MSG_BAD_FORMAT, MSG_EXPECTED_CRLF, MSG_JOB_TOO_BIG, MSG_OUT_OF_MEMORY, MSG_DRAINING
     Text MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND, MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
-    Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET
+    Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET, MSG_MOVED, MSG_REPRIORITIZED
     Text MSG_SCHEDULED, MSG_REPLACED, MSG_UNSCHEDULED, MSG_RESUMED, MSG_FIRED
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
     Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH

@@ -228,6 +228,10 @@ def exposition(server):
     _metric(out, "fastbean_jobs_dead_lettered_total", "counter",
             "Jobs moved to a dead-letter tube because they reached their tube's retry limit.",
             [("", core.dead_lettered)])
+    _metric(out, "fastbean_cmd_move_job_total", "counter", "move-job commands run.",
+            [("", core.move_job_ct)])
+    _metric(out, "fastbean_cmd_reprioritize_job_total", "counter", "reprioritize-job commands run.",
+            [("", core.reprioritize_job_ct)])
     _metric(out, "fastbean_put_key_hits_total", "counter",
             "Puts with an idempotency key answered with the job already holding it.",
             [("", core.key_hits)])

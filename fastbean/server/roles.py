@@ -103,7 +103,9 @@ class Roles:
         if command in ("stats", "list-tubes", "list-schedules"):
             return ALLOW if self.sees_server() else DENY
         # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats,
-        # retry-limit that sets, schedule, unschedule, fire-schedule,
-        # pause-schedule, resume-schedule; and
-        # delete-batch, whose ids would each need their tube judged: admin only
+        # retry-limit that sets; delete-batch, whose ids would each need their
+        # tube judged; move-job, which touches two tubes (the job's and the
+        # one named), and reprioritize-job, on jobs any worker may hold;
+        # schedule, unschedule, fire-schedule, pause-schedule and
+        # resume-schedule: admin only
         return DENY

@@ -13,6 +13,7 @@ from fastbean import __version__
 from fastbean.binlog import Binlog
 from fastbean.config import (
     BACKLOG,
+    DRAIN_CHECK_INTERVAL,
     HANDLED_SIGNALS,
     SHUTDOWN_GRACE,
     STATUS_INTERVAL,
@@ -87,6 +88,7 @@ class Server:
         self.endpoint = None        # the HTTP endpoint, with --metrics
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
         self._stopping = False
+        self._drained = None        # while draining: no job reserved at the last look
         self._stopped = None        # set when a shutdown has finished
         self._exit_status = 0
         self._periodic = []         # timer handles of _check and _watchdog
@@ -126,6 +128,8 @@ class Server:
 
     def _ext_stats(self):
         lines = self.busy_poll.stats() if self.busy_poll is not None else busypoll.stats_lines()
+        drained = self.core.draining and self.core.reserved_jobs == 0
+        lines += b"drained: %s\n" % (b"true" if drained else b"false")
         if self.replicator is not None:
             lines += self.replicator.stats()
         return lines
@@ -232,7 +236,10 @@ class Server:
             if not ready:
                 return False, why
         if self.core.draining:
-            return False, "draining"
+            reserved = self.core.reserved_jobs
+            if reserved:
+                return False, "draining: %s reserved" % counted(reserved, "job")
+            return False, "drained: no job reserved"
         if self.binlog is not None and self.binlog.failing:
             return False, "binlog failing"
         return True, "ready"
@@ -287,6 +294,9 @@ class Server:
                   "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
                   max_memory=self.config.max_memory)
         self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        if not self.config.strict:
+            # beanstalkd has no way out of a drain but a restart: SIGUSR2 ends it
+            self.loop.add_signal_handler(signal.SIGUSR2, self.end_drain)
         if self.certificates is not None:
             self.loop.add_signal_handler(signal.SIGHUP, self.reload)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -342,10 +352,36 @@ class Server:
             self.auth.reload()
 
     def drain(self):
-        if not self.core.draining:
-            event(logging.WARNING, "drain", "entering drain mode")
+        """SIGUSR1: put answers DRAINING; the drain is complete once no job is
+        reserved, which is logged (and /readyz, STATUS and fastbean-stats
+        say), so a deploy knows when stopping loses no work in progress."""
+        if self.core.draining:
+            return
+        event(logging.WARNING, "drain", "entering drain mode")
         self.core.set_draining()
+        self._drained = None
+        self._watch_drain()
+
+    def end_drain(self):
+        """SIGUSR2 (not with --strict): put is accepted again."""
+        if not self.core.draining:
+            return
+        self.core.set_draining(False)
+        event(logging.WARNING, "drain-ended", "drain mode ended: put is accepted again")
         self.notifier.status(self._status())
+
+    def _watch_drain(self):
+        # the drain's end is told once each time the last reservation goes
+        if not self.core.draining or self._stopping:
+            return
+        drained = self.core.reserved_jobs == 0
+        if drained and self._drained is not True:
+            event(logging.WARNING, "drained", "drain complete: no job is reserved",
+                  jobs=self.core.current_jobs)
+        if drained != self._drained:
+            self._drained = drained
+            self.notifier.status(self._status())
+        self.loop.call_later(DRAIN_CHECK_INTERVAL, self._watch_drain)
 
     def stop(self, sig=signal.SIGTERM):
         """Shut down, on signal `sig` (None: after a fatal error)."""
