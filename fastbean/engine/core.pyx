@@ -238,7 +238,7 @@ cdef class Core:
             self.armed_at = INT64_MAX
             return None
         done = queue_tick(self, now, budget)
-        done += sched_tick(self, budget - done if done < budget else 0)
+        done += sched_tick(self, budget - done if done < budget else 0, False)
         flush_dirty(self)
         mem_trim(self)
         mem_idle(self, now)

@@ -32,6 +32,10 @@ cdef enum:
 # disk space is tried again after SCHED_RETRY.
 cdef int64_t SCHED_RECHECK = 30 * SEC
 cdef int64_t SCHED_RETRY = SEC
+# An occurrence this far behind the timer was not missed by a busy loop (the
+# timer looks every SCHED_RECHECK at most) but by a wall clock set forward
+# or a process stopped: it is treated as an outage, by the misfire policy.
+cdef int64_t SCHED_STALL = 120 * SEC
 cdef int64_t NEVER = INT64_MAX
 
 
@@ -289,8 +293,9 @@ cdef uint64_t _fire(Core core, Sched s, int64_t occ, bint manual) except? 0:
 
 
 cdef int _restore(Core core, Sched s, int64_t now) except -1:
-    # s came from the binlog (a restart, a takeover): occurrences that fell
-    # while no node served fire once (the latest of them), or not at all.
+    # s came from the binlog (a restart, a takeover), or its next occurrence
+    # is SCHED_STALL behind: occurrences that fell while no node served fire
+    # once (the latest of them), or not at all.
     cdef int64_t base = s.last if s.last > s.since else s.since
     s.next_at = _next(s, base)
     if s.next_at == NEVER or s.next_at > now:
@@ -305,10 +310,11 @@ cdef int _restore(Core core, Sched s, int64_t now) except -1:
     return 0
 
 
-cdef Py_ssize_t sched_tick(Core core, Py_ssize_t budget) except -1:
+cdef Py_ssize_t sched_tick(Core core, Py_ssize_t budget, bint every) except -1:
     # Fire what is due, at most `budget` jobs, each schedule's in order; set
     # core.sched_at. Returns the jobs made. A standby (replaying, not
     # logging) fires nothing: its schedules start when it takes over.
+    # every: fire each occurrence passed however far behind (the test clock).
     cdef Sched s
     cdef Py_ssize_t done = 0
     cdef int64_t now, at
@@ -320,7 +326,7 @@ cdef Py_ssize_t sched_tick(Core core, Py_ssize_t budget) except -1:
     for s in list(core.schedules.values()):
         if s.paused:
             continue
-        if s.next_at < 0:
+        if s.next_at < 0 or (not every and s.next_at < now - SCHED_STALL):
             _restore(core, s, now)
         while s.next_at <= now and s.retry_at <= now:
             if done >= budget:

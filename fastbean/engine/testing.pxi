@@ -33,7 +33,7 @@ cdef int _advance(Core core, Conn c, int64_t ns) except -1:
         return out_text(c, MSG_BAD_FORMAT)
     clock_offset += ns
     queue_tick(core, mono_ns(), PY_SSIZE_T_MAX)   # all that is now due, before the reply
-    sched_tick(core, PY_SSIZE_T_MAX)                # every occurrence passed, each schedule's in order
+    sched_tick(core, PY_SSIZE_T_MAX, True)                # every occurrence passed, each schedule's in order
     core.armed_at = INT64_MAX       # the Python timer's delay was in the old time
     rearm(core)
     return out_u64(c, MSG_ADVANCED, <uint64_t>clock_offset)
