@@ -190,7 +190,7 @@ def test_every_second_fires_once_a_second_in_real_time(fastbean_server):
         elapsed = time.time() - t0
         assert abs(n - int(elapsed)) <= 1, (n, elapsed)
         s = by_name(c)["tick"]
-        assert s["fires"] == n and s["next"] == s["last"] + 1
+        assert s["fires"] in (n, n + 1) and s["next"] == s["last"] + 1    # one may fire in between
 
 
 def test_the_test_clock_fires_each_occurrence_of_a_minute():
@@ -286,7 +286,8 @@ def test_definitions_survive_a_restart_and_misfires_follow_the_policy(tmp_path):
             first_after = min(t for t in occ if t > last_before + 0.5)
             if name == "fire":
                 # the missed ones fired once, as the latest of them, when service came back
-                assert last_before + 3 <= first_after <= t_ready
+                # (the first timer run, which finds them, may come just after start() returns)
+                assert last_before + 3 <= first_after <= t_ready + 1
             else:
                 # none of them fired
                 assert first_after > t_start
@@ -333,6 +334,71 @@ def test_kill_9_at_random_points_of_100_firings_makes_each_occurrence_once(tmp_p
         assert gaps <= kills, "occurrences missed while serving"
         print("kill -9 audit: %d kills, %d occurrences fired, %d jobs, %d gaps (outages), "
               "0 doubles, 0 lost" % (kills, len(fired), jobs, gaps))
+    finally:
+        s.stop()
+
+
+def _records_end(path):
+    # where the records of a binlog file end (its zero-filled tail begins)
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 4
+    while pos + 4 + JOBREC.size <= len(data):
+        namelen = struct.unpack_from("<i", data, pos)[0]
+        rec = JOBREC.unpack_from(data, pos + 4 + namelen)
+        if rec[0] == 0:
+            break
+        size = 4 + namelen + JOBREC.size
+        if rec[0] != EXT_ID and namelen and rec[-1] != 0:
+            size += rec[4]
+        pos += size
+    return pos
+
+
+def test_a_torn_occurrence_is_fired_again_never_twice(tmp_path):
+    # A crash after an occurrence's EXT_FIRE record was written but before
+    # its job's record was whole: replay does not count the occurrence, and
+    # the restarted server fires it (once), as the misfire policy says.
+    d = tmp_path / "binlog"
+    s = fastbean(tmp_path, "-f", "0", binlog=d)
+    try:
+        with s.client() as c:
+            c.use("t")
+            c.schedule("tick", b"tick", "every 4")
+            while by_name(c)["tick"]["fires"] < 1:
+                time.sleep(0.05)
+            before = by_name(c)["tick"]
+        os.kill(s.pid, signal.SIGKILL)
+        s.wait()
+        path = d / ("binlog.%d" % max(int(f.split(".")[1]) for f in os.listdir(d) if f.startswith("binlog.")))
+        end = _records_end(path)
+        torn_id = 10**6
+        occ = (before["last"] + 4) * NS          # the next one, "written" as the crash came
+        name = b"tick"
+        fire = struct.pack("<i", len(name)) + name + JOBREC.pack(
+            EXT_ID, EXT_FIRE, torn_id, NS, 2, time.time_ns(), occ, 1, before["fires"] + 1, 0, 0, 0, 0)
+        fire = fire[:-3] + b"fb\x01"
+        job = struct.pack("<i", 1) + b"t" + JOBREC.pack(
+            torn_id, 0, 0, 60 * NS, 6, time.time_ns(), 0, 0, 0, 0, 0, 0, 1)[:40]     # torn in the middle
+        with open(path, "r+b") as f:
+            f.seek(end)
+            f.write(fire + job)
+        s.start()
+        with s.client() as c:
+            assert not _exists(c, torn_id)
+            assert by_name(c)["tick"]["fires"] == before["fires"]
+            deadline = time.time() + 10
+            while by_name(c)["tick"]["last"] * NS < occ and time.time() < deadline:
+                time.sleep(0.05)
+            after = by_name(c)["tick"]
+            assert after["fires"] == before["fires"] + 1 and after["last"] * NS == occ
+        s.stop()
+        assert "not replayed" in s.log or "dropped" in s.log, s.log
+        fired = fired_in_binlog(str(d))
+        occs = [t for _, t, _ in fired]
+        assert len(set(occs)) == len(occs)
+        assert occ in occs                      # fired again after the restart, once
+        assert torn_id not in [j for _, _, j in fired]
     finally:
         s.stop()
 
