@@ -16,15 +16,19 @@ test: build
 
 # ruff for the Python (with bugbear), cython-lint for the Cython, the
 # extensions rebuilt with every C compiler warning an error
-# (FASTBEAN_WERROR=1), mypy over the package, and the stubs of the compiled
-# modules checked against them (stubtest).
+# (FASTBEAN_WERROR=1), mypy over the package, the stubs of the compiled
+# modules checked against them (stubtest), and the GitHub workflows against
+# GitHub's schema and zizmor's audits (offline; tests/test_release.py too).
 STUBBED = fastbean.engine.core fastbean.engine.parser fastbean.binlog.threads
+SCRIPTS = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 lint:
 	$(PY) -m ruff check .
 	cython-lint fastbean/*/*.pyx fastbean/*/*.pxd fastbean/*/*.pxi
 	FASTBEAN_WERROR=1 $(PY) setup.py build_ext --inplace -q --force
 	$(PY) -m mypy
 	$(PY) -m mypy.stubtest --allowlist tools/stubtest-allowlist.txt $(STUBBED)
+	$(PY) -m check_jsonschema -q --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(SCRIPTS)/zizmor -q --offline --no-progress --config .github/zizmor.yml .github/workflows
 
 # The randomized tests (engine against its model, parser against the reference
 # parser, randomized differential sessions) with FUZZ times their examples;

@@ -16,6 +16,11 @@ if int(setuptools.__version__.split(".")[0]) < 77:
     # gets it from [build-system], an in-place one uses the environment's
     sys.exit("fastbean needs setuptools 77 or newer to build (this is %s): pip install -e '.[dev]', "
              "or pip install 'setuptools>=77'" % setuptools.__version__)
+try:
+    import setuptools_scm  # noqa: F401  (the version, from git or PKG-INFO: pyproject.toml)
+except ImportError:
+    # without it setuptools finds no version; an isolated build gets it from [build-system]
+    sys.exit("fastbean needs setuptools-scm to build: pip install -e '.[dev]', or pip install 'setuptools-scm>=8'")
 
 DEBUG = os.environ.get("FASTBEAN_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("FASTBEAN_SANITIZE", "") not in ("", "0")

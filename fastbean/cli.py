@@ -95,6 +95,7 @@ def parse_args(argv, warn=_warn):
             raise Usage("--metrics-auth needs --metrics-tls: a token is never sent in clear")
     if opts.get("health_auth") and not opts.get("metrics_auth"):
         raise Usage("--health-auth needs --metrics-auth")
+    _check_console(opts)
     for flag in ("tls_key", "tls_ca", "auth_tokens", "tls_handshake_timeout",
                  "max_unauthenticated_per_address"):
         if flag in opts and "tls_cert" not in opts:
@@ -120,6 +121,43 @@ def parse_args(argv, warn=_warn):
     if opts.get("replicate") and importlib.util.find_spec("nats") is None:
         raise ConfigError("--replicate needs the NATS client: pip install 'fastbean[ha]'")
     return Config(**opts)
+
+
+def _loopback(host):
+    """host (None: every interface) is a loopback address or localhost."""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    import ipaddress
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_console(opts):
+    if opts.get("console_tls"):
+        if "console_port" not in opts:
+            raise Usage("--console-tls needs --console")
+        if "tls_cert" not in opts:
+            raise Usage("--console-tls needs --tls-cert")
+    if "console_port" in opts and not _loopback(opts.get("console_host")):
+        where = opts.get("console_host") or "every interface"
+        if "auth_tokens" not in opts:
+            raise BadValue("--console %s: without --auth-tokens the console serves loopback only "
+                           "(give --auth-tokens FILE to sign in with a token, or use 127.0.0.1)" % where)
+        if not opts.get("console_tls"):
+            raise BadValue("--console %s: tokens are never sent in clear: add --console-tls" % where)
+
+
+def _console_class():
+    # aiohttp and jinja2 only with --console, before -u: the node's start-up is unchanged without it
+    try:
+        from fastbean.console import Console
+    except ImportError as e:
+        raise ConfigError("--console needs aiohttp and jinja2 (%s): pip install fastbean" % e) from None
+    return Console
 
 
 def _check_readable_line(flag, path):
@@ -192,27 +230,33 @@ def main(argv=None):
         if certificates is None and any(tls for _, tls in listeners):
             raise ConfigError("an inherited socket is named \"%s\": it needs --tls-cert (and "
                               "--tls-key)" % sockets.TLS_FD_NAME)
-        if auth is not None and not config.metrics_auth and not any(tls for _, tls in listeners):
+        if auth is not None and not config.metrics_auth and config.console_port is None \
+                and not any(tls for _, tls in listeners):
             raise ConfigError("--auth-tokens: nothing asks for them (tokens are asked on "
                               "--tls-listen listeners and with --metrics-auth, so they never "
                               "cross the network in clear)")
-        if certificates is not None and not config.metrics_tls and not any(tls for _, tls in listeners):
+        if certificates is not None and not config.metrics_tls and not config.console_tls \
+                and not any(tls for _, tls in listeners):
             raise ConfigError("--tls-cert: no listener speaks TLS (add --tls-listen ADDR or "
                               "--metrics-tls, or name an inherited socket \"%s\")" % sockets.TLS_FD_NAME)
         metrics_sock = None
         if config.metrics_port is not None:
             metrics_sock = sockets.open_metrics(config)
+        console_sock = None
+        if config.console_port is not None:
+            console_sock = sockets.open_console(config)
         # asyncio, uvloop, the engine (and nats): after binding, so that
         # clients can connect meanwhile, and before -u, so that they load
         # even where the user cannot read the Python installation.
         from fastbean.server.server import preload, run
         preload(config)
+        console = _console_class() if console_sock is not None else None
         if config.user:
             sockets.drop_privileges(config.user)
     except (ConfigError, BinlogError) as e:
         event(logging.ERROR, "exit", "%(error)s", error=str(e), status=e.status)
         return e.status
-    return run(config, listeners, metrics_sock, certificates, auth)
+    return run(config, listeners, metrics_sock, certificates, auth, console_sock, console)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ BATCH_LIMIT = 1024                     # commands one connection runs before oth
 TICK_BUDGET = 2048                     # jobs or connections one timer callback handles (see server.py)
 SHUTDOWN_GRACE = 5.0                   # seconds to finish writing to clients on SIGTERM/SIGINT
 DEFAULT_METRICS_HOST = "127.0.0.1"     # --metrics PORT: loopback unless a host is given
+DEFAULT_CONSOLE_HOST = "127.0.0.1"     # --console PORT: loopback unless a host is given
 DEFAULT_METRICS_TUBES = 100            # --metrics-tubes: tubes with series of their own
 DEFAULT_LOG_FORMAT = "text"
 UNIX = "unix:"                         # the host of a UNIX socket address: (UNIX, path)
@@ -93,6 +94,9 @@ class Config:
     metrics_auth: bool = False            # --metrics-auth: /metrics wants a token of --auth-tokens
     health_auth: bool = False             # --health-auth: /healthz and /readyz want one too
     metrics_tubes: int = DEFAULT_METRICS_TUBES   # --metrics-tubes
+    console_host: Optional[str] = DEFAULT_CONSOLE_HOST  # --console HOST:PORT; None = every interface
+    console_port: Optional[int] = None    # --console: None means no web console
+    console_tls: bool = False             # --console-tls: the console speaks https (--tls-cert)
     log_format: str = DEFAULT_LOG_FORMAT  # --log-format: text or json
     testing: bool = False                 # --testing: the test-only commands run (fastbean.testing)
     strict: bool = False                  # --strict: every protocol extension off, as beanstalkd 1.12

@@ -324,6 +324,11 @@ OPTIONS = (
     Option("--metrics-tubes", "N", "tubes with /metrics series of their own: the N holding the "
            "most jobs; the rest are summed as tube=\"*other*\"", to("metrics_tubes", size),
            shown=str(DEFAULT_METRICS_TUBES), documented=str(DEFAULT_METRICS_TUBES)),
+    Option("--console", "[HOST:]PORT", "serve the web console (see docs/console.md) on HOST:PORT "
+           "(HOST: 127.0.0.1 if not given; \":PORT\" for every interface, which needs --auth-tokens)",
+           _address("console_host", "console_port"), shown="off", documented="off"),
+    Option("--console-tls", None, "serve the console over https with --tls-cert and --tls-key",
+           switch("console_tls"), documented="off"),
     Option("--log-format", "FMT", "text or json (one object per line)",
            to("log_format", log_format), shown="text", documented="text"),
     Option("--listen", "ADDR", "also listen on ADDR: HOST:PORT, [IPV6]:PORT, :PORT (every "

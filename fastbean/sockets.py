@@ -192,6 +192,15 @@ def open_metrics(config):
         raise ConfigError("--metrics: %s" % e, e.status) from None
 
 
+def open_console(config):
+    """The web console's listening socket (--console)."""
+    try:
+        sock = _tcp(config.console_host, config.console_port)
+    except ConfigError as e:
+        raise ConfigError("--console: %s" % e, e.status) from None
+    return sock
+
+
 def drop_privileges(user):
     """Become user (its uid and primary gid), as beanstalkd's -u does."""
     import pwd

@@ -1,10 +1,15 @@
-"""Where the engine's records go: the contract the server holds its log by,
-and the rules every log keeps.
+"""Where the engine's records go: the contracts between the server and its
+log, and the rules every log keeps.
 
 The engine appends records to its log and calls two hooks: commit_soon()
 when records wait, and next_file() when the space it was given is full.
 A log (the local binlog, binlog/; the replication stream, replication/)
-implements Sink. Both logs keep the same rules, written here once:
+implements Sink, the server's one log object; `Sink.disk` is the DiskLog,
+the state of a binlog directory the server reports (the binlog itself,
+the stream's -b mirror, or none). A log that must act on the server (a
+standby that takes over, a stream that rebuilds the queue) is given a
+Host, what the server lets its log do, and never the server itself.
+Both logs keep the same rules, written here once:
 
 - one commit per loop turn (TurnCommit), so every connection's records of
   a turn share one write and one fsync or publish;
@@ -15,14 +20,62 @@ implements Sink. Both logs keep the same rules, written here once:
   logged again at the head has, until then, its only durable record in the
   old file.
 """
+import asyncio
 import collections
-from typing import Callable, Deque, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Protocol, Tuple
 
 MIGRATE_BATCH = 2048        # jobs logged again per commit while compacting
 
 
+class Host(Protocol):
+    """What a log may ask of the server: the engine it logs for (a new one
+    after reset_core()), serving clients or not, and stopping."""
+
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def core(self) -> Any:
+        """The engine (fastbean.engine.core.Core) whose records the log takes."""
+
+    def set_serving(self, on: bool) -> None:
+        """Serve clients (a primary), or close them and refuse new ones."""
+
+    def reset_core(self) -> None:
+        """Drop the engine and its connections; a new, empty one replaces it."""
+
+    def fatal(self, message: str, status: int = 1) -> None:
+        """Log message and stop the server with exit status `status`."""
+
+
+class DiskLog(Protocol):
+    """A binlog directory's state, as metrics and /readyz report it."""
+
+    @property
+    def failing(self) -> bool:
+        """A write, fsync or new file failed, and the log has not recovered."""
+
+    @property
+    def errors(self) -> int:
+        """Failed writes, fsyncs and file creations so far."""
+
+    @property
+    def files(self) -> Any:
+        """The binlog files on disk (a sized collection of their numbers)."""
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes the files take on disk."""
+
+    def histograms(self) -> Optional[Dict[str, Any]]:
+        """fsync-latency and group-commit histograms, or None without fsync."""
+
+
 class Sink(Protocol):
     """What server.py calls on the log it was built with."""
+
+    @property
+    def disk(self) -> Optional[DiskLog]:
+        """The directory this log keeps (-b), or None."""
 
     def schedule(self) -> None:
         """The engine has records waiting: commit them in this loop turn."""
@@ -33,6 +86,9 @@ class Sink(Protocol):
     def next_file(self, need: int, replace: int) -> Optional[Tuple[int, int, int]]:
         """The engine's space is used up: (file, bytes of room, bytes used) for
         `need` bytes of records, or None (then the engine refuses changes)."""
+
+    def close(self) -> None:
+        """Shutdown: what is written goes to disk, and the files close."""
 
 
 class TurnCommit:

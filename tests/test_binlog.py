@@ -640,7 +640,7 @@ def test_f0_reply_waits_only_for_the_records_it_shows(tmp_path, gated_fsync):
             a.use("t")
             in_t = a.put(b"t")
             a.use("a")
-            gone, kept = a.put(b"g"), a.put(b"k")
+            gone, kept = a.put(b"g", pri=0), a.put(b"k", pri=0)
             b.use("b")
             in_b = b.put(b"y")
             gate.write_text("")                 # the disk stops answering

@@ -69,7 +69,7 @@ def test_pages_cover_every_job_once(fastbean_server):
 def test_jobs_that_leave_between_pages_are_skipped(fastbean_server):
     with fastbean_server.client() as c:
         c.use("moving")
-        ids = [c.put(b"x") for _ in range(6)]
+        ids = [c.put(b"x", pri=0) for _ in range(6)]
         first, cursor = page(c, b"ready", count=2)
         assert [r[0] for r in first] == ids[:2] and cursor == b"0.%d" % ids[1]
         c.delete(ids[1])                        # the cursor's own job may go

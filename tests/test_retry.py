@@ -214,7 +214,7 @@ def test_beanstalkd_reads_a_binlog_that_used_every_extension(tmp_path):
     with s.client() as c:
         c.use("a")
         c.watch("a")
-        plain = [c.put(b"p%d" % k) for k in range(6)]
+        plain = [c.put(b"p%d" % k, pri=0) for k in range(6)]
         keyed, _ = c.put_unique(b"keyed", "k", cooldown=600, pri=50)
         c.put_unique(b"again", "k", pri=10)                         # ratchet
         cooled, _ = c.put_unique(b"cooled", "c", cooldown=600)

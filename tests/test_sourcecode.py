@@ -323,34 +323,45 @@ MAY_IMPORT = {
     "binlog": LEAVES | {"engine", "binlog"},
     "replication": LEAVES | {"engine", "binlog", "replication"},
     "server": LEAVES | {"engine", "binlog", "replication", "server"},
-    "cli": LEAVES | {"server", "binlog"},      # binlog: the -b directory is looked at before listening
+    "cli": LEAVES | {"server", "binlog", "console"},   # binlog: the -b directory is looked at before listening
+    # the web console sits above the server: it reads the engine, acts
+    # through the server's role filter, and the CLI hands it to the server
+    "console": LEAVES | {"engine", "server", "console"},
     "ctl": {"config", "errors", "client", "ctl", "version"},
-    "testing": {"config", "errors", "client", "testing", "version"},
+    "testing": {"config", "errors", "client", "testing", "version", "tasks"},
+    "client": {"errors", "client"},
+    # the worker and the task API run on the client, never on the server
+    "worker": {"errors", "client", "logs", "version", "worker", "ctl"},
+    "tasks": {"errors", "client", "worker", "tasks"},
+    "init": LEAVES | {"tasks"},
     # the man pages are written from the server's option table and fastbean-ctl's parser
     "manpages": LEAVES | {"ctl"},
 }
 # third-party packages only one part may import
-ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py"}}
+ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py", "worker.py"},
+           "aiohttp": {"console/app.py", "console/pages.py"}, "jinja2": {"console/app.py"}}
 
 
 def part_of(path):
     """The part a source file (relative to fastbean/) belongs to."""
     top = path.split("/")[0]
-    if top in ("engine", "binlog", "replication", "server", "ctl", "testing"):
+    if top in ("engine", "binlog", "replication", "server", "ctl", "testing", "console", "client"):
         return top
     name = os.path.splitext(top)[0]
+    if name in ("worker", "tasks"):
+        return name
     if name in ("cli", "__main__"):
         return "cli"
     if name == "manpages":
         return "manpages"
-    if name == "__init__":
-        return "leaf"               # the version only
+    if name == "__init__" and path == "__init__.py":
+        return "init"               # the version, and fastbean.Tasks when asked for
     return "leaf"
 
 
 def target_part(module):
     """The part an imported fastbean module belongs to (None: not fastbean)."""
-    if module == "fastbean":
+    if module in ("fastbean", "fastbean._version"):     # _version.py: written by setuptools-scm
         return "version"
     if not module.startswith("fastbean."):
         return None

@@ -1,6 +1,7 @@
 """Build the sdist, then from it the release wheels for every Python and platform given, and try each.
 
     python tools/wheels.py [--out DIR] [--platform NAME]... [--debian VERSION]... [--roots DIR] PYTHON...
+    python tools/wheels.py --list [--platform NAME]...
 
 Every wheel is compiled from the sdist (so a file missing from it fails the
 build) by Zig's C compiler (the ziglang package), which links against the
@@ -143,6 +144,13 @@ def supported_versions():
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
         text = f.read()
     return set(re.findall(r'"Programming Language :: Python :: (3\.\d+)"', text))
+
+
+def build_identifier(version, platform):
+    """A wheel named as cibuildwheel names its build (cp311-musllinux_aarch64):
+    tests/test_release.py checks that pyproject's [tool.cibuildwheel] selects
+    the same wheels as this tool builds."""
+    return "cp%s-%s_%s" % (version.replace(".", ""), "musllinux" if platform.musl else "manylinux", platform.arch)
 
 
 def vkey(version):
@@ -394,11 +402,18 @@ def main(argv):
                              "Debian's sources (tools/muslpython.py)")
     parser.add_argument("--roots", default=os.path.join(ROOT, "build", "debroots"),
                         help="where the Debian roots and musl CPythons are kept between runs")
+    parser.add_argument("--list", action="store_true",
+                        help="print the wheels a full run builds, as cibuildwheel names them, and build nothing")
     parser.add_argument("pythons", nargs="*")
     args = parser.parse_args(argv)
     platforms = [PLATFORMS[p] for p in (args.platform or sorted(PLATFORMS))]
     out, roots = os.path.abspath(args.out), os.path.abspath(args.roots)
     wanted = supported_versions()
+    if args.list:
+        for platform in platforms:
+            for version in sorted(wanted, key=vkey):
+                log("%s  %s" % (build_identifier(version, platform), platform.name))
+        return 0
     chosen = {}
     for python in args.pythons:
         version = python_version(python)

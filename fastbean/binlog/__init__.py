@@ -154,8 +154,7 @@ class Binlog:
     def _replay(self, core):
         self.core = core
         self.replayed = yield from self.fileset.replay(core)
-        live, resv, used, cap, nfiles = core.wal_status()
-        first = self.fileset.make(resv + FILE_FIRST_RECORD, first=True)
+        first = self.fileset.make(core.wal_status().reserved + FILE_FIRST_RECORD, first=True)
         core.wal_start(first.seq, first.cap, first.used)
         self.fileset.make_current(first.seq)
         self._durability.start((first.seq, first.used))
@@ -163,7 +162,7 @@ class Binlog:
         # The engine's first record (the highest id so far) is on disk before
         # older files can go.
         self._write_segments(*core.take_wal())
-        self.fileset.offer_spare(core, core.wal_status()[1])
+        self.fileset.offer_spare(core, core.wal_status().reserved)
         self._reclaim.add(self.fileset.collect(core), core.logged)
 
     # -- the Sink the engine's hooks reach (they never call into it) ---------------
@@ -199,9 +198,9 @@ class Binlog:
         self._write_segments(*self._take())
         if self.failed is not None:
             return
-        live, resv, used, cap, nfiles = self.core.wal_status()
-        self.fileset.offer_spare(self.core, resv)
-        if nfiles > 1:                  # with one file there is nothing to reclaim
+        wal = self.core.wal_status()
+        self.fileset.offer_spare(self.core, wal.reserved)
+        if wal.files > 1:                  # with one file there is nothing to reclaim
             self._maintain()
         self._reclaim.durable(self._durability.synced_seq)
 
@@ -299,8 +298,8 @@ class Binlog:
         # records, re-log the oldest file's jobs forward, a batch per turn.
         core, files = self.core, self.fileset
         gone = files.collect(core)
-        live, resv, used, cap, nfiles = core.wal_status()
-        if compaction_due(files.closed_bytes, used, live, resv, self.max_size, nfiles):
+        wal = core.wal_status()
+        if compaction_due(files.closed_bytes, wal.used, wal.live, wal.reserved, self.max_size, wal.files):
             if core.wal_migrate(MIGRATE_BATCH):
                 gone += files.collect(core)
         self._reclaim.add(gone, core.logged)
@@ -346,7 +345,11 @@ class Binlog:
         f.close()
         self.fileset.cur = None
 
-    # -- health and metrics -------------------------------------------------------
+    # -- health and metrics (the DiskLog, fastbean.wal) -------------------------------
+
+    @property
+    def disk(self):
+        return self
 
     @property
     def files(self):
@@ -356,7 +359,7 @@ class Binlog:
     def disk_bytes(self):
         """Bytes the files take: the older ones as written, the current one and
         the ones made ahead of use (the spare) as allocated."""
-        return self.fileset.disk_bytes(self.core.wal_status()[3] if self.core is not None else 0)
+        return self.fileset.disk_bytes(self.core.wal_status().capacity if self.core is not None else 0)
 
     def histograms(self):
         """The sync threads' fsync-latency and group-commit histograms, or None

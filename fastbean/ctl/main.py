@@ -1,14 +1,18 @@
 """fastbean-ctl: the admin command line for any beanstalk-protocol server
 (standard commands only, but for flush where the server has it, and
 jobs): the arguments and the entry point."""
+from __future__ import annotations
+
 import argparse
 import os
 import socket
+import ssl
 import sys
 
 from fastbean import __version__
 from fastbean.client import (
     PEEK_STATES,
+    Address,
     Client,
     ClientError,
     ConnectError,
@@ -130,8 +134,10 @@ def _port(text):
 JOB_ID = _uint("a job id", 1, (1 << 64) - 1)
 
 
-def build_parser():
-    common = argparse.ArgumentParser(add_help=False)
+def add_connection_options(common: argparse.ArgumentParser, json: bool = True) -> None:
+    """-l, -p, --timeout, the TLS options and --auth-token-file (and --json):
+    fastbean-ctl's connection options, which fastbean-worker takes too. Their
+    defaults are COMMON_DEFAULTS, filled in after parsing (fill_defaults)."""
     common.add_argument("-l", dest="addr", metavar="ADDR", default=argparse.SUPPRESS,
                         help="server address, or unix:PATH for a UNIX socket "
                              "(default: %s)" % ADDR)
@@ -143,8 +149,9 @@ def build_parser():
                         default=argparse.SUPPRESS,
                         help="give up connecting or waiting for a reply after SECONDS "
                              "(default: %g)" % TIMEOUT_S)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print JSON instead of text")
+    if json:
+        common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                            help="print JSON instead of text")
     tls = common.add_argument_group("TLS (a fastbean --tls-listen; any of these turns it on)")
     tls.add_argument("--tls", action="store_true", default=argparse.SUPPRESS,
                      help="connect over TLS, trusting the system's CA certificates")
@@ -159,6 +166,18 @@ def build_parser():
     tls.add_argument("--auth-token-file", metavar="FILE", default=argparse.SUPPRESS,
                      help="authenticate with the token in FILE (its first line), for a server "
                           "with --auth-tokens")
+
+
+def fill_defaults(args: argparse.Namespace) -> None:
+    """The connection options' defaults, for those not given."""
+    for name, default in COMMON_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    add_connection_options(common)
 
     parser = ArgParser(prog=PROG, parents=[common], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -306,7 +325,7 @@ EXIT_FOR = [(UsageError, EXIT_USAGE), (NotFound, EXIT_NOT_FOUND),
             (ClientError, EXIT_PROTOCOL)]
 
 
-def address_of(addr, port):
+def address_of(addr: str, port: int) -> Address:
     """-l ADDR (unix:PATH for a UNIX socket, [IPv6] allowed) and -p PORT as a
     client's address: (host, port), or the socket's path."""
     if addr.startswith("unix:"):
@@ -314,7 +333,7 @@ def address_of(addr, port):
     return addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr, port
 
 
-def tls_of(args):
+def tls_of(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The TLS context the --tls* options ask for, or None."""
     if not (args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name):
         return None
@@ -327,7 +346,7 @@ def tls_of(args):
         raise UsageError("cannot use the TLS files %s: %s" % (files, e.strerror or e.args[-1])) from None
 
 
-def token_of(args):
+def token_of(args: argparse.Namespace) -> str | None:
     """The token in --auth-token-file (kept out of the command line, where ps shows it)."""
     if args.auth_token_file is None:
         return None
@@ -348,9 +367,7 @@ def main(argv=None):
             args = build_parser().parse_args(argv)
             # the connection options may come before or after the command, so their
             # defaults are filled in here rather than by either parser
-            for name, default in COMMON_DEFAULTS.items():
-                if not hasattr(args, name):
-                    setattr(args, name, default)
+            fill_defaults(args)
             if args.command == "put":
                 args.body_bytes = (sys.stdin.buffer.read() if args.body == "-"
                                    else os.fsencode(args.body))

@@ -1,5 +1,5 @@
 """Type stubs of the compiled queue engine's Python-facing API (core.pyx)."""
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union, final
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, final
 
 FILE_HEADER: bytes
 FILE_FIRST_RECORD: int
@@ -20,6 +20,15 @@ def stats_text(core: Core) -> bytes: ...
 def tube_rows(core: Core, limit: int) -> Tuple[List[tuple], tuple]: ...
 
 JOB_STRUCT_BYTES: int
+JOB_OVERHEAD_BYTES: int
+FULL_RECORD_OVERHEAD: int
+
+class WalStatus(NamedTuple):
+    live: int
+    reserved: int
+    used: int
+    capacity: int
+    files: int
 
 def put_tag(rest: bytes) -> Optional[Tuple[bytes, int]]: ...
 
@@ -171,7 +180,7 @@ class Core:
     def wal_migrate(self, limit: int) -> int: ...
     @property
     def logged(self) -> int: ...
-    def wal_status(self) -> Tuple[int, int, int, int, int]: ...
+    def wal_status(self) -> WalStatus: ...
     def replay(self, data: Union[bytes, bytearray, memoryview], seq: int) -> Tuple[int, int, Optional[str]]: ...
     def replay_finish(self) -> int: ...
 

@@ -2,6 +2,7 @@
 """The queue engine (see core.pxd): Core and Conn, the API the Python layer calls."""
 
 cimport cython
+import collections
 import os
 
 from fastbean.config import BATCH_LIMIT, DEFAULT_BINLOG_SIZE, DEFAULT_MAX_JOB_SIZE
@@ -81,6 +82,15 @@ include "probes.pxi"
 # The bytes of a job's struct (the body follows it; JOB_SIZE_NO_WAL without a
 # binlog): tests hold it down, so that no feature makes every job bigger.
 JOB_STRUCT_BYTES = sizeof(Job)
+# What --max-memory counts for a job beside its body (metrics' help text says it).
+JOB_OVERHEAD_BYTES = JOB_OVERHEAD
+# The most bytes a job's full record adds to its body in a binlog file or a
+# replicated message: the tube name's length and a 200-byte name, the
+# record, the body's CRLF.
+FULL_RECORD_OVERHEAD = 4 + NAME_MAX + sizeof(Jobrec) + 2
+# core.wal_status(): live = bytes of the live jobs' full records, reserved =
+# bytes promised for their deletes, used and capacity of the current file, files.
+WalStatus = collections.namedtuple("WalStatus", "live reserved used capacity files")
 
 
 def put_tag(bytes rest):
@@ -440,9 +450,8 @@ cdef class Core:
         return self.wal_seq
 
     def wal_status(self):
-        """(live, reserved, used, capacity, files): live = bytes of the live jobs'
-        full records; reserved = bytes promised for their deletes."""
-        return (self.wal_live, self.wal_resv, self.wal_used, self.wal_cap, self.nwfiles)
+        """The binlog's sizes, a WalStatus."""
+        return WalStatus(self.wal_live, self.wal_resv, self.wal_used, self.wal_cap, self.nwfiles)
 
     def replay(self, data, int64_t seq):
         """Apply the records of binlog.<seq> (its whole contents).

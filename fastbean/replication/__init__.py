@@ -37,14 +37,17 @@ import logging
 import socket
 import time
 import uuid
+from typing import Optional
 
 from fastbean.client import tls_context
+from fastbean.engine.core import FULL_RECORD_OVERHEAD
 from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
 from fastbean.logs import counted, event
 from fastbean.replication.follower import Follower
 from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
 from fastbean.replication.link import Deposed, Link, Quiet, Unavailable, nats_auth
 from fastbean.replication.log import StreamLog
+from fastbean.wal import Host
 
 POLL = 0.25                 # seconds between a standby's looks at the stream and the lease
 LEASE_RETRY = 0.25          # seconds between tries to renew a lease NATS did not answer for
@@ -83,9 +86,10 @@ class Replicator:
     rebuilds. The records themselves go through `log` (log.py), which is
     the server's Sink."""
 
-    def __init__(self, server, config):
-        self.server = server
-        self.loop = server.loop
+    def __init__(self, host: Host, config) -> None:
+        """host: what replication may ask of the server (fastbean.wal.Host)."""
+        self.host = host
+        self.loop = host.loop
         self.name = config.node_name or "%s-%s" % (socket.gethostname(), config.port)
         self.timeout = config.replicate_timeout
         self.max_job_size = config.max_job_size
@@ -93,7 +97,7 @@ class Replicator:
                          tls=nats_tls(config),
                          auth=nats_auth(config.replicate_auth_file) if config.replicate_auth_file else None)
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
-        self.log = StreamLog(server, self.link, config, self._deposed_by_writer, self._wake_up,
+        self.log = StreamLog(host, self.link, config, self._deposed_by_writer, self._wake_up,
                              self._local_failed, self._must_rebuild)
         self.publisher = self.log.publisher
         self.follower = Follower(self.link, self.log.apply)
@@ -102,8 +106,8 @@ class Replicator:
         self._why_not = None        # why the primary stopped serving
         self._rebuild_why = None    # why it must rebuild from the stream
         self._wake = asyncio.Event()
-        self._deadline = None       # timer: the end of the lease's validity
-        self._task = None
+        self._deadline: Optional[asyncio.TimerHandle] = None    # the end of the lease's validity
+        self._task: Optional[asyncio.Task] = None
         self._standby_errors = Quiet("standby-error", "replication: standby: %(error)s")
         self._lease_errors = Quiet("lease-renew-failed", "replication: renewing the lease failed "
                                    "(valid for %(left).1f s more): %(error)s")
@@ -142,7 +146,7 @@ class Replicator:
         try:
             ttl = await self.link.connect()
             limit = self.link.max_payload - HEADROOM
-            if self.max_job_size + 2 + 4 + 200 + 80 > limit:
+            if self.max_job_size + FULL_RECORD_OVERHEAD > limit:
                 raise ReplicationError("-z %d does not fit in a NATS message (max_payload %d)"
                                        % (self.max_job_size, self.link.max_payload))
             self.publisher.max_payload = limit
@@ -161,12 +165,12 @@ class Replicator:
         except asyncio.CancelledError:
             raise
         except ReplicationError as e:
-            self.server.fatal(str(e), EXIT_CONFIG)
+            self.host.fatal(str(e), EXIT_CONFIG)
         except BinlogError as e:
-            self.server.fatal(str(e), e.status)
+            self.host.fatal(str(e), e.status)
         except Exception:
             event(logging.ERROR, "replication-crashed", "replication stopped", exc_info=True)
-            self.server.fatal("replication failed")
+            self.host.fatal("replication failed")
 
     # -- standby ----------------------------------------------------------------
 
@@ -240,7 +244,7 @@ class Replicator:
         self.role = Role.PRIMARY
         self._rebuild_why = None
         self._lease_renewed()
-        self.server.set_serving(True)
+        self.host.set_serving(True)
         keeper = self.loop.create_task(self._keep_lease(gen))
         try:
             while self._rebuild_why is None:
@@ -268,7 +272,7 @@ class Replicator:
         event(logging.ERROR, "suspended", "replication: %(node)s stops serving: %(why)s; its clients "
               "are disconnected, and it serves again once its changes are stored and its lease renewed",
               node=self.name, why=why)
-        self.server.set_serving(False)
+        self.host.set_serving(False)
 
     async def _resume(self, gen):
         # Everything logged is stored and the lease is renewed: fence in the
@@ -284,7 +288,7 @@ class Replicator:
         self.role = Role.PRIMARY
         self._why_not = None
         event(logging.WARNING, "resumed", "replication: %(node)s serves again", node=self.name)
-        self.server.set_serving(True)
+        self.host.set_serving(True)
 
     async def _keep_lease(self, gen):
         while gen == self.gen:
@@ -317,7 +321,7 @@ class Replicator:
 
     def _lease_renewed(self):
         # The engine answers nothing past the lease; a timer wakes _lead then.
-        self.server.core.set_lease(self.lease.valid_until)
+        self.host.core.set_lease(self.lease.valid_until)
         if self._deadline is not None:
             self._deadline.cancel()
         self._deadline = self.loop.call_later(max(0.0, self.lease.valid_until - time.monotonic()),
@@ -350,12 +354,12 @@ class Replicator:
     def _rebuild(self, why):
         """Start again from the stream: a new engine, an empty mirror."""
         self.gen += 1
-        self.server.set_serving(False)
+        self.host.set_serving(False)
         self.role = Role.STANDBY
         self.resyncs += 1
         event(logging.WARNING, "resync", "replication: %(why)s: rebuilding the queue from the stream",
               why=why)
-        self.server.reset_core()
+        self.host.reset_core()
         self.log.reset()
         self.follower.applied = 0
 

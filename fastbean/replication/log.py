@@ -8,7 +8,9 @@ bigger than a message; a reply goes once its records are stored on a NATS
 quorum (and by -f on the mirror). Parts no live job needs leave the
 stream (purged) and the mirror once what made them unneeded is stored.
 """
+import asyncio
 import logging
+from typing import Dict, Optional
 
 from fastbean.binlog.mirror import Mirror
 from fastbean.engine.core import FILE_HEADER
@@ -16,17 +18,19 @@ from fastbean.logs import counted, event
 from fastbean.replication.link import Unavailable
 from fastbean.replication.parts import Parts
 from fastbean.replication.publisher import Publisher
-from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
+from fastbean.wal import MIGRATE_BATCH, Host, Reclaim, TurnCommit, compaction_due
 
 
 class StreamLog:
-    def __init__(self, server, link, config, on_deposed, on_change, on_local_failure, on_error):
-        """on_deposed(): another writer appended; on_change(): a message was
+    def __init__(self, host: Host, link, config, on_deposed, on_change, on_local_failure, on_error) -> None:
+        """host: what the log may ask of the server (fastbean.wal.Host).
+        on_deposed(): another writer appended; on_change(): a message was
         stored or the publisher stalled or recovered; on_local_failure(op):
         the mirror's disk failed; on_error(why): publishing failed for good."""
-        self.server = server
-        self.loop = server.loop
+        self.host = host
+        self.loop = host.loop
         self.logging = False        # the engine logs: this node is primary or suspended
+        self.applied = 0            # stream sequence of the last message applied or stored
         self.parts = Parts(config.binlog_size)
         self.publisher = Publisher(link, self.loop, config.replicate_timeout, lambda: self.applied,
                                    self._acked, on_deposed, on_change, on_error)
@@ -38,13 +42,22 @@ class StreamLog:
                                  config.fsync_ms, self._local_durable, on_local_failure)
         self._turn = TurnCommit(self.loop, self.commit)
         self._reclaim = Reclaim(self._reclaimed)
-        self._purging = None
+        self._purging: Optional[asyncio.Task] = None
         self.gen = 0
-        self.applied = 0            # stream sequence of the last message applied or stored
         self.engine_part = 0        # the newest part the engine has (next_file gave it)
-        self.part_caps = {}         # part -> bytes the engine may fill, until it starts
+        self.part_caps: Dict[int, int] = {}         # part -> bytes the engine may fill, until it starts
         self.local_seq = 0          # engine records the local mirror has made durable
         self.remote_seq = 0         # engine records JetStream has stored
+
+    @property
+    def disk(self):
+        """The -b mirror's state (fastbean.wal.DiskLog), or None."""
+        return self.mirror
+
+    def close(self):
+        """Shutdown: the mirror's last records go to disk and its file closes."""
+        if self.mirror is not None:
+            self.mirror.close()
 
     def reset(self):
         """The node rebuilds its queue from the stream: so does everything here
@@ -70,7 +83,7 @@ class StreamLog:
         """One message of the stream, applied as replay applies a file's records:
         the engine's jobs stay in replay until begin(). False when it does
         not follow on from the last one (rebuild from the stream)."""
-        core = self.server.core
+        core = self.host.core
         if part != self.parts.current:
             if part < self.parts.current:
                 event(logging.ERROR, "stream-part-back", "replication: message %(seq)d goes back to "
@@ -100,12 +113,11 @@ class StreamLog:
     def begin(self, part, seq):
         """The fence, message seq, opened `part`: the engine places its
         replayed jobs and logs from now on, into that part. The job count."""
-        core = self.server.core
+        core = self.host.core
         jobs = core.replay_finish()
         self.parts.start(part)
         self._acked(part, 0, seq, 0)
-        live, resv, used, cap, nparts = core.wal_status()
-        cap = self.parts.capacity(resv)
+        cap = self.parts.capacity(core.wal_status().reserved)
         self.engine_part = part
         self._mirror_part(part, cap)
         core.set_wal_piece(self.publisher.max_payload)
@@ -146,7 +158,7 @@ class StreamLog:
     def _take(self):
         # The engine's records, in pieces no bigger than a message; a part the
         # engine went on to starts here (and its mirror file with -b).
-        segments, records = self.server.core.take_wal()
+        segments, records = self.host.core.take_wal()
         taken = False
         for part, data in segments:
             if part != self.parts.current:
@@ -188,7 +200,7 @@ class StreamLog:
         # A reply goes once its records are in the stream (and on the local disk, with -b).
         seq = self.remote_seq if self.mirror is None else min(self.remote_seq, self.local_seq)
         if seq and self.logging:
-            self.server.core.set_durable(seq)
+            self.host.core.set_durable(seq)
             # parts go once what made them unneeded is stored (and synced here)
             self._reclaim.durable(seq if self.mirror is None else min(seq, self.mirror.synced))
 
@@ -196,11 +208,11 @@ class StreamLog:
         # As the binlog does with files: the parts no live job needs go (once
         # what made them unneeded is stored), and when most of the stream is
         # dead records, the oldest part's jobs are logged again, a batch per message.
-        core = self.server.core
+        core = self.host.core
         gone = core.wal_collect()
         self.parts.unneeded(gone)
-        live, resv, used, cap, nparts = core.wal_status()
-        if compaction_due(self.parts.closed_bytes, used, live, resv, self.parts.size, nparts):
+        wal = core.wal_status()
+        if compaction_due(self.parts.closed_bytes, wal.used, wal.live, wal.reserved, self.parts.size, wal.files):
             more = core.wal_migrate(MIGRATE_BATCH) and core.wal_collect()
             if more:
                 self.parts.unneeded(more)

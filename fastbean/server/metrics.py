@@ -9,7 +9,14 @@ import os
 import platform
 
 from fastbean import __version__
-from fastbean.engine.core import TUBE_KEYS, TUBE_SUMMED, latency_histograms, stats_text, tube_rows
+from fastbean.engine.core import (
+    JOB_OVERHEAD_BYTES,
+    TUBE_KEYS,
+    TUBE_SUMMED,
+    latency_histograms,
+    stats_text,
+    tube_rows,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # `*` cannot appear in a tube name, so this label value never names a real tube.
@@ -194,7 +201,7 @@ def exposition(server):
     ready, _ = server.readiness()
     _metric(out, "fastbean_ready", "gauge", "1 when /readyz answers 200.", [("", int(ready))])
     _metric(out, "fastbean_memory_used_bytes", "gauge",
-            "Memory held by jobs, as --max-memory counts it (body + 208 bytes per job).",
+            "Memory held by jobs, as --max-memory counts it (body + %d bytes per job)." % JOB_OVERHEAD_BYTES,
             [("", core.mem_used)])
     _metric(out, "fastbean_memory_max_bytes", "gauge", "The --max-memory cap; 0 when there is none.",
             [("", core.max_memory)])
@@ -261,7 +268,7 @@ def exposition(server):
                "family (a reserve's wait for a job is not counted).",
                bounds, [('family="%s"' % name, counts, total) for name, counts, total in families])
 
-    binlog = server.binlog
+    binlog = server.disk
     if binlog is not None:
         _metric(out, "fastbean_binlog_disk_bytes", "gauge",
                 "Bytes of binlog files on disk (the current file as preallocated).",

@@ -92,6 +92,10 @@ class ConnProtocol(asyncio.Protocol):
     def resume_writing(self):
         self._conn.set_writable(True)
 
+    def engine_conn(self):
+        """The engine's side of this connection (None before a TLS client is in)."""
+        return self._conn
+
     def close(self):
         """Server shutdown: finish writing what is queued, then close."""
         if self._transport is not None:

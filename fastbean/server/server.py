@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import time
+from typing import Any, Optional, Type
 
 from fastbean import __version__
 from fastbean.binlog import Binlog
@@ -37,6 +38,7 @@ from fastbean.server.protocol import (
 )
 from fastbean.server.recovery import Recovery
 from fastbean.server.systemd import Notifier
+from fastbean.wal import Sink
 
 
 def new_event_loop():
@@ -51,7 +53,7 @@ def new_event_loop():
 
 
 class Server:
-    def __init__(self, config, loop, notifier=None, certificates=None, auth=None):
+    def __init__(self, config, loop, notifier=None, certificates=None, auth=None, console=None):
         self.config = config
         self.certificates = certificates    # a tls.Certificates with --tls-cert
         self.auth = auth                    # a tokens.TokenAuth with --auth-tokens (TLS listeners ask)
@@ -64,20 +66,22 @@ class Server:
         self.busy_poll = None
         if config.busy_poll_us:
             self.busy_poll = BusyPoll(loop, config.busy_poll_us, self.end_turn)
-        # Where the engine's records go (a fastbean.wal.Sink): the binlog, or
-        # the replication stream, which mirrors them into the binlog
-        # directory with -b (server.binlog is then that mirror).
-        self.binlog = self.replicator = self._wal = None
+        # Where the engine's records go, the one log (a fastbean.wal.Sink):
+        # the local binlog (self.binlog), or the replication stream, which
+        # mirrors them into the binlog directory with -b. The log is given
+        # what it may do to the server (a fastbean.wal.Host), this object.
+        self.log: Optional[Sink] = None
+        self.binlog: Optional[Binlog] = None
+        self.replicator: Optional[Any] = None      # a fastbean.replication.Replicator
         self.recovery = Recovery(self)
         if config.replicate:
             from fastbean.replication import Replicator  # imports nats: only when replicating
             self.replicator = Replicator(self, config)
-            self._wal = self.replicator.log
-            self.binlog = self.replicator.log.mirror
+            self.log = self.replicator.log
         elif config.binlog_dir is not None:
-            self.binlog = self._wal = Binlog(loop, config.binlog_dir, config.binlog_size,
-                                             fsync=config.fsync, fsync_ms=config.fsync_ms,
-                                             on_failure=self.recovery.binlog_failed)
+            self.log = self.binlog = Binlog(loop, config.binlog_dir, config.binlog_size,
+                                            fsync=config.fsync, fsync_ms=config.fsync_ms,
+                                            on_failure=self.recovery.binlog_failed)
         self.connections = Connections(config.max_connections, config.max_unauthenticated_per_address)
         self._new_core()
         # A replicated node serves clients only while it is the primary.
@@ -86,10 +90,13 @@ class Server:
         self.listeners = []
         self.notifier = notifier if notifier is not None else Notifier()
         self.endpoint = None        # the HTTP endpoint, with --metrics
+        self.console = None         # the web console (fastbean.console.Console), with --console
+        self._console_class = console   # what makes it: the CLI hands it over (the console imports the server)
+        self.started_at = None      # time.time() when it began serving
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
         self._stopping = False
         self._drained = None        # while draining: no job reserved at the last look
-        self._stopped = None        # set when a shutdown has finished
+        self._stopped: Optional[asyncio.Future] = None     # set when a shutdown has finished
         self._exit_status = 0
         self._periodic = []         # timer handles of _check and _watchdog
         self.schedule_lags = ScheduleLags()   # the lag of each schedule's firings (/metrics)
@@ -101,7 +108,6 @@ class Server:
         else:
             end_turn_soon = functools.partial(self.loop.call_soon, self.end_turn)
             on_wake = None
-        logged = config.binlog_dir is not None or bool(config.replicate)
         self.core = Core(
             max_job_size=config.max_job_size,
             max_memory=config.max_memory or 0,
@@ -111,14 +117,14 @@ class Server:
             end_turn_soon=end_turn_soon,
             on_wake=on_wake,
             ext_stats=self._ext_stats,
-            commit_soon=self._commit_soon if logged else None,
-            next_file=self._next_file if logged else None,
+            commit_soon=self.log.schedule if self.log is not None else None,
+            next_file=self.log.next_file if self.log is not None else None,
             testing=config.testing,
             strict=config.strict,
             retry_limit=config.retry_limit,
             dead_letter_tube=config.dead_letter_tube.encode() if config.dead_letter_tube else None,
             drop_others=self.connections.drop_others if config.testing else None,
-            lease_over=self._lease_over if config.replicate else None,
+            lease_over=self.replicator.lease_over if self.replicator is not None else None,
             on_fire=self._on_fire,
         )
         if self.busy_poll is not None:
@@ -144,15 +150,6 @@ class Server:
               schedule=name.decode("latin-1"), tube=tube.decode("latin-1"), id=jid,
               occurrence=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(occurrence // 1000000000)),
               lag=round(lag_ns / 1e9, 6), manual=manual)
-
-    def _commit_soon(self):
-        self._wal.schedule()
-
-    def _next_file(self, need, replace):
-        return self._wal.next_file(need, replace)
-
-    def _lease_over(self):
-        self.replicator.lease_over()
 
     # -- serving, and not ----------------------------------------------------------
 
@@ -200,8 +197,8 @@ class Server:
 
     def end_turn(self):
         self.core.end_turn()
-        if self._wal is not None:
-            self._wal.end_of_turn()
+        if self.log is not None:
+            self.log.end_of_turn()
 
     def _arm(self, delay):
         if self._timer is not None:
@@ -222,6 +219,11 @@ class Server:
 
     # -- lifecycle -------------------------------------------------------------
 
+    @property
+    def disk(self):
+        """The binlog directory's state (a fastbean.wal.DiskLog), or None without -b."""
+        return self.log.disk if self.log is not None else None
+
     def readiness(self):
         """(ready, why): what /readyz answers, and what a load balancer's check
         should see. A replicated node is ready only while it is the primary."""
@@ -240,7 +242,7 @@ class Server:
             if reserved:
                 return False, "draining: %s reserved" % counted(reserved, "job")
             return False, "drained: no job reserved"
-        if self.binlog is not None and self.binlog.failing:
+        if self.disk is not None and self.disk.failing:
             return False, "binlog failing"
         return True, "ready"
 
@@ -249,6 +251,7 @@ class Server:
         # protocol is the same with TLS configured or not. A TLS listener
         # accepts plain connections and its protocol runs the handshake
         # (start_tls), so that a connection counts from its accept.
+        cls: Type[ConnProtocol]
         if tls and self.auth is not None:
             cls = TracingAuthConnProtocol if self.verbosity >= 2 else AuthConnProtocol
         elif tls:
@@ -265,14 +268,18 @@ class Server:
             srv = await self.loop.create_server(factory, sock=sock, backlog=BACKLOG)
         self.listeners.append(srv)
 
-    async def start(self, listeners, metrics_sock=None):
+    async def start(self, listeners, metrics_sock=None, console_sock=None):
         """Serve on listeners (sockets.Listener: a socket, and whether it speaks TLS)."""
+        self.started_at = time.time()
         # The HTTP endpoint and the watchdog come first: /readyz answers 503
         # while the binlog replays, a file at a time between loop turns.
         if metrics_sock is not None:
             self.endpoint = Endpoint(self, self.auth if self.config.metrics_auth else None,
                                      self.config.health_auth)
             await self.endpoint.start(metrics_sock, self.certificates.context if self.config.metrics_tls else None)
+        if console_sock is not None:
+            self.console = self._console_class(self)
+            await self.console.start(console_sock, self.certificates.context if self.config.console_tls else None)
         if self.notifier.watchdog_interval:
             self._every(self.notifier.watchdog_interval, self.notifier.watchdog)
         if self.replicator is not None:
@@ -314,10 +321,10 @@ class Server:
         if self.notifier.enabled or self.config.max_memory:
             self._every(STATUS_INTERVAL, self._check)
 
-    async def serve(self, listeners, metrics_sock=None):
+    async def serve(self, listeners, metrics_sock=None, console_sock=None):
         """Start, then run until a SIGTERM/SIGINT shutdown has finished."""
         self._stopped = self.loop.create_future()
-        await self.start(listeners, metrics_sock)
+        await self.start(listeners, metrics_sock, console_sock)
         # The CLI blocked these signals before it opened the sockets: clients
         # can connect (and signal) before the loop runs. With the handlers in
         # place, whatever came meanwhile is delivered now instead of lost.
@@ -409,9 +416,12 @@ class Server:
                   + " still open at exit", connections=len(self.connections))
         if self.endpoint is not None:       # /readyz said "stopping" until now
             self.endpoint.close()
-        if self.binlog is not None:
-            self.binlog.close()
-        self._stopped.set_result(self._exit_status)
+        if self.console is not None:
+            await self.console.close()
+        if self.log is not None:
+            self.log.close()
+        if self._stopped is not None:
+            self._stopped.set_result(self._exit_status)
 
 
 def preload(config):
@@ -425,20 +435,21 @@ def preload(config):
         import fastbean.replication  # noqa: F401
 
 
-def run(config, listeners, metrics_sock=None, certificates=None, auth=None):
+def run(config, listeners, metrics_sock=None, certificates=None, auth=None, console_sock=None, console=None):
     """Serve on the given listeners (sockets.Listener) until SIGTERM/SIGINT; return
     the exit status. certificates: the tls.Certificates of the TLS listeners;
-    auth: the tokens.TokenAuth they ask clients for."""
+    auth: the tokens.TokenAuth they ask clients for; console: the class of
+    the web console to serve on console_sock."""
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     tune_malloc()
     if not prefault_arenas():
         event(logging.WARNING, "no-prefault", "could not start the page-prefault thread; new "
               "memory is faulted in on the loop")
-    server = Server(config, loop, certificates=certificates, auth=auth)
+    server = Server(config, loop, certificates=certificates, auth=auth, console=console)
     status = 0
     try:
-        status = loop.run_until_complete(server.serve(listeners, metrics_sock))
+        status = loop.run_until_complete(server.serve(listeners, metrics_sock, console_sock))
     except BinlogLockedError as e:
         event(logging.ERROR, "binlog-locked", "%(error)s", error=str(e), status=e.status)
         status = e.status

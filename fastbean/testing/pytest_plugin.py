@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from fastbean.testing import Clock, Server, server
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("fastbean", "fastbean server for tests (fixtures fastbean, "
+    group = parser.getgroup("fastbean", "fastbean server for tests (fixtures fastbean, fastbean_tasks, "
                                         "fastbean_clock, fastbean_server)")
     group.addoption("--fastbean-binlog", metavar="DIR", default=None,
                     help="keep the test server's binlog in DIR (ini: fastbean_binlog)")
@@ -100,3 +101,14 @@ def fastbean(fastbean_server: Server) -> Server:
 def fastbean_clock(fastbean: Server) -> Clock:
     """The clock of the (emptied) server: advance(seconds) moves it forward."""
     return fastbean.clock
+
+
+@pytest.fixture
+def fastbean_tasks() -> Iterator[Any]:
+    """Every fastbean.Tasks task sent during the test runs at once, in this
+    process, with no server (fastbean.tasks.inline()): arguments go through
+    JSON, exceptions propagate, `.delay()` returns the value in Sent.value.
+    The fixture is the record: `calls`, and `called(task)` for one task's."""
+    from fastbean.tasks import inline
+    with inline() as record:
+        yield record
