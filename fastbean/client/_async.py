@@ -28,6 +28,7 @@ from fastbean.client._protocol import (
     ProtocolError,
     Reader,
     Stats,
+    UnknownCommand,
     addresses_of,
     alien,
     backoff_of,
@@ -267,6 +268,10 @@ class AsyncClient:
             if call.name == "put":
                 self._close_if(mine)    # the body is read as a command: the replies no longer match
             raise
+        except UnknownCommand:
+            if call.name == "schedule":
+                self._close_if(mine)    # a server without schedules reads the body as a command
+            raise
         except asyncio.CancelledError:
             self._close_if(mine)        # the reply would answer the next command
             raise
@@ -295,6 +300,10 @@ class AsyncClient:
         except BadFormat:
             if call.name == "put":
                 self._close()   # the body is read as a command: the replies no longer match
+            raise
+        except UnknownCommand:
+            if call.name == "schedule":
+                self._close()   # a server without schedules reads the body as a command
             raise
         except asyncio.CancelledError:
             self._close()

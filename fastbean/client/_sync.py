@@ -32,6 +32,7 @@ from fastbean.client._protocol import (
     Reader,
     Stats,
     UnexpectedReply,
+    UnknownCommand,
     addresses_of,
     alien,
     backoff_of,
@@ -550,6 +551,12 @@ class Client:
             if call.name == "put":
                 # the server reads the body that follows as a command, and answers it:
                 # the replies no longer match the commands
+                self._lost = True
+                self.sock.close()
+            raise
+        except UnknownCommand:
+            if call.name == "schedule":
+                # a server without schedules reads the body as a command, as above
                 self._lost = True
                 self.sock.close()
             raise
