@@ -295,6 +295,17 @@ def test_console_survives_a_failover(driver, tmp_path):
         wait_for(lambda: driver.find_element(By.ID, "primary").text == primary.name,
                  what="the standby naming the primary")
         assert driver.find_element(By.ID, "lag").text.endswith(("message", "messages"))
+
+        def nodes_shown(console):
+            # every node's role as the page lists it, the page read again
+            driver.get(console + "/cluster")
+            return {row.get_attribute("data-node"): row.get_attribute("data-role")
+                    for row in driver.find_elements(By.CSS_SELECTOR, "#nodes tr.node")}
+
+        wait_for(lambda: nodes_shown(standby.console) == {primary.name: "primary", standby.name: "standby"},
+                 what="the standby's page listing both nodes")
+        link = driver.find_element(By.CSS_SELECTOR, '#nodes tr[data-node="%s"] a' % primary.name)
+        assert link.get_attribute("href") == primary.console + "/"
         driver.get(primary.console + "/cluster")
         assert "primary" in driver.find_element(By.ID, "replication").text
         # a standby changes nothing: its engine follows the stream
@@ -311,6 +322,8 @@ def test_console_survives_a_failover(driver, tmp_path):
         assert "survivor" in driver.find_element(By.ID, "tubes").text
         driver.get(new.console + "/cluster")
         wait_for(lambda: driver.find_element(By.ID, "primary").text == new.name, what="the new primary")
+        # the killed node leaves the table once the lease TTL (2 s) passes
+        wait_for(lambda: nodes_shown(new.console) == {new.name: "primary"}, what="the new primary alone")
         assert problems(driver) == []
     finally:
         for n in nodes:

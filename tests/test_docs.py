@@ -78,3 +78,19 @@ def test_the_quick_start_runs(tmp_path):
             assert c.stats()["total-jobs"] == 1 and c.stats()["current-jobs-ready"] == 0
     finally:
         server.stop()
+
+
+def test_every_copy_of_the_test_command_is_the_readme_s():
+    # CI runs .ci/run, which repeats the README's test command; the install
+    # page shows it too: a package added to one and not the others is a CI
+    # that tests something else than what a contributor runs
+    command = [line for line in README.splitlines()
+               if line.startswith("apt-get") and line.endswith("&& python3 -m pytest -q")]
+    assert len(command) == 1, command
+    copies = {}
+    for path in [Path(ROOT) / ".ci" / "run"] + sorted((Path(ROOT) / "docs").glob("**/*.md")):
+        for line in path.read_text().splitlines():
+            if line.startswith("apt-get") and line.endswith("python3 -m pytest -q"):
+                copies[str(path.relative_to(ROOT))] = line
+    assert ".ci/run" in copies and "docs/install.md" in copies, sorted(copies)
+    assert {name: line for name, line in copies.items() if line != command[0]} == {}

@@ -297,7 +297,7 @@ def test_beanstalkd_reads_moves_and_priorities(tmp_path):
         ready, delayed, buried = c.put(b"ready", pri=9), c.put(b"later", delay=3600), c.put(b"buried")
         c.reserve_job(buried)
         c.cmd(b"bury %d 0" % buried, b"BURIED")
-        keyed, _ = c.put_unique(b"keyed", "k", cooldown=60)
+        keyed, _ = c.put_unique(b"keyed", "k", cooldown=60, pri=0)
         reserved = c.put(b"held", pri=100)
         c.retry_limit(1, "dead")
         dead = c.put(b"dead", pri=3)

@@ -622,14 +622,14 @@ def test_moves_priorities_and_origins_survive_a_failover(cluster, nodes, tmp_pat
         ready, delayed, buried = c.put(b"r", pri=9), c.put(b"d", delay=3600), c.put(b"b")
         c.reserve_job(buried)
         c.cmd(b"bury %d 0" % buried, b"BURIED")
-        keyed, _ = c.put_unique(b"k", "key")
+        keyed, _ = c.put_unique(b"k", "key", pri=0)
         for jid in (ready, delayed, buried, keyed):
             c.move_job(jid, "u")
         c.reprioritize_job(ready, 4)
         c.reprioritize_job(delayed, 5)
         c.reprioritize_job(buried, 6)
         assert c.retry_limit(1, "dead") == (1, "dead")
-        dead = c.put(b"dead")
+        dead = c.put(b"dead", pri=0)
         c.reserve_job(dead)
         c.cmd(b"release %d 0 0" % dead, b"RELEASED")
         assert c.yaml(b"fastbean-stats")["dead-letter-origins"] == 1

@@ -642,6 +642,7 @@ async def cluster(request):
     server = console.server
     replication = _replication(server)
     lease = None
+    nodes = []
     if server.replicator is not None:
         rep = server.replicator
         lease = {"held": rep.lease.held, "ttl": rep.lease.ttl,
@@ -653,10 +654,33 @@ async def cluster(request):
             # how far this node's engine is behind the stream, in messages
             replication["stream-last"] = last
             replication["lag"] = max(last - rep.log.applied, 0)
+            nodes = _nodes(await asyncio.wait_for(rep.link.status_read(), 2.0), last, lease["holder"])
         except Exception as e:  # noqa: BLE001 - NATS away: said on the page
             lease["error"] = str(e) or type(e).__name__
-    return console.render(request, "cluster.html", replication=replication, lease=lease,
+    return console.render(request, "cluster.html", replication=replication, lease=lease, nodes=nodes,
                           nats=getattr(getattr(server.replicator, "link", None), "servers", None))
+
+
+def _nodes(statuses, last, holder):
+    """Every node's last status (replication/__init__.py's status()), with
+    its lag behind the stream and how long ago it wrote."""
+    now = time.time()
+    nodes = []
+    for name, data in statuses.items():
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict):
+            continue
+        doc["name"] = name
+        doc["lag"] = max(last - int(doc.get("applied") or 0), 0)
+        doc["seen"] = max(now - float(doc.get("at") or now), 0.0)
+        doc["holder"] = name == holder
+        url = doc.get("console")
+        doc["console"] = url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+        nodes.append(doc)
+    return nodes
 
 
 # -- sign-in -----------------------------------------------------------------------------

@@ -90,7 +90,7 @@ JOB_OVERHEAD_BYTES = JOB_OVERHEAD
 FULL_RECORD_OVERHEAD = 4 + NAME_MAX + sizeof(Jobrec) + 2
 # core.wal_status(): live = bytes of the live jobs' full records, reserved =
 # bytes promised for their deletes, used and capacity of the current file, files.
-WalStatus = collections.namedtuple("WalStatus", "live reserved used capacity files")
+WalStatus = collections.namedtuple("WalStatus", "live reserved used capacity files", module=__name__)
 
 
 def put_tag(bytes rest):

@@ -33,6 +33,7 @@ it after each wait, so none acts on an engine that is gone.
 """
 import asyncio
 import enum
+import json
 import logging
 import socket
 import time
@@ -53,6 +54,17 @@ POLL = 0.25                 # seconds between a standby's looks at the stream an
 LEASE_RETRY = 0.25          # seconds between tries to renew a lease NATS did not answer for
 HEADROOM = 1024             # bytes of a message's headers, at most
 RELEASE_TIMEOUT = 2.0       # seconds to hand the lease on at shutdown
+STATUS_EVERY = 1.0          # seconds between this node's status writes (the consoles' cluster pages)
+
+
+def console_url(config):
+    """The address of this node's --console, as another node's page links it, or None."""
+    if config.console_port is None:
+        return None
+    host = config.console_host or socket.gethostname()
+    if ":" in host:
+        host = "[%s]" % host
+    return "%s://%s:%d/" % ("https" if config.console_tls else "http", host, config.console_port)
 
 
 class Role(enum.Enum):
@@ -111,6 +123,11 @@ class Replicator:
         self._standby_errors = Quiet("standby-error", "replication: standby: %(error)s")
         self._lease_errors = Quiet("lease-renew-failed", "replication: renewing the lease failed "
                                    "(valid for %(left).1f s more): %(error)s")
+        self._status_task: Optional[asyncio.Task] = None
+        self._status_errors = Quiet("status-write-failed", "replication: this node's status for the "
+                                    "consoles was not written: %(error)s")
+        # where this node's console is, for the other nodes' cluster pages
+        self.console_url = console_url(config)
         # fastbean-stats
         self.takeovers = self.resyncs = self.suspensions = 0
 
@@ -124,6 +141,31 @@ class Replicator:
         if self.log.mirror is not None:
             self.log.mirror.open()
         self._task = self.loop.create_task(self._run())
+        self._status_task = self.loop.create_task(self._tell_status())
+
+    def status(self):
+        """What this node tells the others (the consoles' cluster pages)."""
+        return {"node": self.name, "role": self.role.value, "applied": self.log.applied,
+                "part": self.log.parts.current, "publishes": self.publisher.published,
+                "retries": self.publisher.retries, "takeovers": self.takeovers,
+                "resyncs": self.resyncs, "suspensions": self.suspensions,
+                "stalled": bool(self.publisher.stalled), "why": self._why_not,
+                "lease_left": max(self.lease.valid_until - time.monotonic(), 0.0)
+                if self.role is Role.PRIMARY else None,
+                "console": self.console_url, "at": time.time()}
+
+    async def _tell_status(self):
+        # once a second, whatever the role; NATS away: said when the link is
+        # back (the status is for people, never for the roles)
+        while True:
+            await asyncio.sleep(STATUS_EVERY)
+            if self.link.js is None:
+                continue
+            try:
+                await self.link.status_write(json.dumps(self.status()).encode())
+                self._status_errors.ok()
+            except Exception as e:      # noqa: BLE001 - see above
+                self._status_errors.failed(logging.INFO, error=str(e) or type(e).__name__)
 
     async def finish(self, grace):
         """Shutdown: publish what is queued (up to `grace` s), hand the lease on."""
@@ -134,6 +176,8 @@ class Replicator:
                 await asyncio.sleep(0.01)
         was_primary = self.role is Role.PRIMARY and not self.publisher.busy
         self.gen += 1
+        if self._status_task is not None:
+            await _cancel(self._status_task)
         if self._task is not None:
             await _cancel(self._task)
         self.publisher.stop()

@@ -294,6 +294,32 @@ class Link:
                 raise Unavailable(why(e)) from None
             raise
 
+    # -- the nodes' status keys ------------------------------------------------------
+    #
+    # Each node writes what it is doing under node.<name> in the lease bucket,
+    # whose TTL drops a node that stopped writing; any node's console reads
+    # every node's from there. Nothing else reads these keys.
+
+    async def status_write(self, value):
+        """This node's status (a JSON document)."""
+        await self.js.publish("$KV.%s.node.%s" % (self.bucket, self.name), value,
+                              timeout=REQUEST_TIMEOUT, stream=self.lease_stream)
+
+    async def status_read(self):
+        """{node name: its last status document} of every node that wrote one
+        within the bucket's TTL."""
+        prefix = "$KV.%s.node." % self.bucket
+        info = await self.js.stream_info(self.lease_stream, subjects_filter=prefix + ">")
+        found = {}
+        for subject in sorted(info.state.subjects or {}):
+            try:
+                msg = await self.js.get_last_msg(self.lease_stream, subject, direct=False)
+            except NotFoundError:       # expired meanwhile
+                continue
+            if not (msg.headers and msg.headers.get(KV_OPERATION) in ("DEL", "PURGE")):
+                found[subject[len(prefix):]] = msg.data
+        return found
+
     # -- the lease key ----------------------------------------------------------------
 
     async def lease_read(self):
