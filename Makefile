@@ -90,7 +90,7 @@ wheels:
 	nice -n 10 $(PY) tools/wheels.py --out dist $(foreach v,$(DEBIAN_PYTHONS),--debian $(v)) \
 	    $(foreach v,$(MUSL_PYTHONS),--musl $(v)) $(PYTHONS)
 
-bench:                ## every benchmark, one after the other (about 45 minutes)
+bench:                ## every benchmark, one after the other (about an hour)
 	$(PY) -m benchmarks.compare
 	$(PY) -m benchmarks.redis
 	$(PY) -m benchmarks.ceiling
@@ -101,6 +101,7 @@ bench:                ## every benchmark, one after the other (about 45 minutes)
 	$(PY) -m benchmarks.scrape
 	$(PY) -m benchmarks.ha
 	$(PY) -m benchmarks.failover
+	$(PY) -m benchmarks.workers --jobs 2000 --sleep-jobs 1000
 	$(PY) -m pytest benchmarks/test_micro.py --benchmark-only -q
 
 peers: build          ## the peer corpus beside the checkout, against the real beanstalkd

@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 FORMATS = ("text", "json")
 TEXT_PREFIX = "fastbean: "
@@ -16,7 +17,7 @@ TEXT_PREFIX = "fastbean: "
 log = logging.getLogger("fastbean")
 
 
-def event(level, name, text, exc_info=None, **fields):
+def event(level: int, name: str, text: str, exc_info: Any = None, **fields: Any) -> None:
     """Log event `name`; `text` may refer to the fields as %(field)s; exc_info
     as in logging (True: the exception being handled, with its traceback)."""
     if fields:

@@ -53,6 +53,7 @@ from fastbean.client import (
 )
 from fastbean.client import _protocol as P
 from fastbean.client import node_key as _node_key
+from fastbean.logs import event
 
 log = logging.getLogger("fastbean.worker")
 
@@ -217,12 +218,9 @@ class _Lane:
 
 
 def _event(level: int, name: str, text: str, **fields: Any) -> None:
-    """A log event in fastbean.logs' shape: a name and fields."""
+    """A named log event (fastbean.logs), skipped at once below the level."""
     if log.isEnabledFor(level):
-        if fields:
-            log.log(level, text, fields, extra={"event": name})
-        else:
-            log.log(level, text, extra={"event": name})
+        event(level, name, text, **fields)
 
 
 class Worker:
@@ -561,7 +559,8 @@ class Worker:
         except ClientError as e:
             outcome, error = "lost", e
         except Exception as e:      # a fault of the worker's own: logged, the job left to its TTR
-            log.exception("job %d: the worker failed handling it", job.id)
+            event(logging.ERROR, "worker-fault", "job %(id)d: the worker failed handling it",
+                  exc_info=True, id=job.id)
             outcome, error = "lost", e
         finally:
             check.cancel()

@@ -163,8 +163,8 @@ def test_vv_logs_every_read_and_reply():
     s = Server("fastbean", "-VV").start()
     body = bytes(range(256)) * 20           # big enough for the big-put read path
     with s.client() as c:
-        jid = c.put(body)
-        c.put(body)                         # read after a big put: copied out in small chunks
+        jid = c.put(body, pri=0)
+        c.put(body, pri=0)                  # read after a big put: copied out in small chunks
         assert c.peek(jid) == body
         c.cmd(b"list-tube-used", b"USING default")
     s.stop()
@@ -180,7 +180,7 @@ def test_json_logs_name_every_event_at_every_verbosity():
     # event with its peer, its size and its bytes
     s = Server("fastbean", "-VV", "--log-format", "json", "-c").start()
     with s.client() as c:
-        jid = c.put(b"hello")
+        jid = c.put(b"hello", pri=0)
         peer = "127.0.0.1:%d" % c.sock.getsockname()[1]
     s.stop()
     events = [json.loads(line) for line in s.log.splitlines()]
