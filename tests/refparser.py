@@ -113,6 +113,17 @@ def _retry_limit(rest):
     return ("retry-limit", None, 1, int(m.group(1)), m.group(2))
 
 
+def _schedule(rest):
+    # the size (None: unreadable, no body follows) and the words after the verb
+    if not rest.startswith(b" "):
+        return ("schedule", "BAD_FORMAT", None, b"")
+    words = rest[1:].split(b" ")
+    if len(words) < 5 or not all(words[:5]) or not words[4].isdigit() or int(words[4]) > U32:
+        return ("schedule", "BAD_FORMAT", None, rest[1:])
+    ok = len(words) > 5 and words[5] != b""
+    return ("schedule", None if ok else "BAD_FORMAT", int(words[4]), rest[1:])
+
+
 def _id_then(rest):
     # " <id> <rest>" of move-job and reprioritize-job: (id, rest) or None
     m = re.fullmatch(rb" ([0-9]+) ([^ ].*)", rest, re.S)
@@ -176,6 +187,11 @@ def parse_line(line):
         return ("reserve-batch", None) + args if args else ("reserve-batch", "BAD_FORMAT")
     if line.startswith(b"reserve"):
         return ("reserve", None) if line == b"reserve" else B
+    if line.startswith(b"resume-schedule"):
+        n = line[16:]
+        if line[15:16] == b" " and _name_ok(n):
+            return ("resume-schedule", None, n)
+        return ("resume-schedule", "BAD_FORMAT")
     if line.startswith(b"retry-limit"):
         return _retry_limit(line[11:])
     if line.startswith(b"reprioritize-job"):
@@ -216,6 +232,8 @@ def parse_line(line):
         return ("stats-tube", None, n) if _name_ok(n) else B
     if line.startswith(b"stats"):
         return ("stats", None) if line == b"stats" else B
+    if line.startswith(b"schedule"):
+        return _schedule(line[8:])
     for word, op in ((b"use ", "use"), (b"watch ", "watch"), (b"ignore ", "ignore")):
         if line.startswith(word):
             n = line[len(word):]
@@ -242,7 +260,9 @@ def parse_line(line):
     if line.startswith(b"list-tube "):
         args = _list_args(line[10:])
         return ("list-tube", None) + args if args else ("list-tube", "BAD_FORMAT")
-    for word in (b"flush-tube", b"flush-buried"):
+    if line.startswith(b"list-schedules"):
+        return ("list-schedules", None if line == b"list-schedules" else "BAD_FORMAT")
+    for word in (b"flush-tube", b"flush-buried", b"unschedule", b"fire-schedule", b"pause-schedule"):
         if line.startswith(word):
             n = line[len(word) + 1:]
             if line[len(word):len(word) + 1] == b" " and _name_ok(n):
@@ -308,6 +328,11 @@ class RefParser:
                     self.discard, self.body_left = True, nbytes + 2
                 elif not garbage:
                     self.discard, self.body_left, self.body = False, nbytes + 2, b""
+            elif cmd[0] == "schedule" and cmd[2] is not None:
+                if not self.accept(cmd[2]):
+                    self.discard, self.body_left = True, cmd[2] + 2
+                else:
+                    self.discard, self.body_left, self.body = False, cmd[2] + 2, b""
             elif cmd[0] == "quit":
                 self.quit = True
             return

@@ -211,6 +211,35 @@ def test_extensions(c, node):
     assert c.fastbean_stats()["cmd-flush-tube"] >= 1
 
 
+def test_schedules(c, node):
+    name = fresh("s")
+    if node.kind == "beanstalkd":
+        with pytest.raises(UnknownCommand):
+            c.list_schedules()
+        with pytest.raises(UnknownCommand):
+            c.schedule(name, b"x", "every 60")
+        # beanstalkd then reads the body as a command: the client drops the connection
+        with pytest.raises(ConnectionLost):
+            c.stats()
+        return
+    tube = fresh()
+    c.use(tube)
+    with pytest.raises(BadFormat):
+        c.schedule(name, b"x", "every 0")
+    assert c.schedule(name, b"x", "every 3600", pri=3, ttr=9) is True
+    assert c.schedule(name, b"x", "every 3600", pri=3, ttr=9) is False
+    mine = [s for s in c.list_schedules() if s["name"] == name]
+    assert mine and mine[0]["tube"] == tube and mine[0]["pri"] == 3 and mine[0]["misfire"] == "fire"
+    jid = c.fire_schedule(name)
+    assert c.peek(jid) == b"x"
+    c.pause_schedule(name)
+    c.resume_schedule(name)
+    c.unschedule(name)
+    with pytest.raises(NotFound):
+        c.unschedule(name)
+    c.delete(jid)
+
+
 def test_async_only_commands_reach_the_server(node):
     async def main():
         async with AsyncClient(node.address) as a:

@@ -75,7 +75,7 @@ def test_every_interface_without_tokens_is_refused_in_one_line():
 # -- pages ---------------------------------------------------------------------------------
 
 PAGES = ("/", "/tubes", "/tubes?sort=ready&dir=desc", "/tubes?q=mail", "/search", "/connections", "/dead",
-         "/cluster", "/history.json")
+         "/cluster", "/history.json", "/schedules")
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -400,6 +400,32 @@ def test_connections_answer_who_holds_and_who_waits(node):
         assert "127.0.0.1:" in r.text       # the holder's address
     finally:
         waiter.close()
+
+
+def test_schedules_page_shows_enabled_and_paused(guarded):
+    c = guarded.client()
+    c.use("emails")
+    c.schedule("digest", b"d", "0 7 * * * Europe/Amsterdam")
+    c.schedule("hourly", b"h", "@hourly")
+    c.pause_schedule("hourly")
+    c.use("secret")
+    c.schedule("hidden", b"s", "every 3600")
+    c.close()
+    try:
+        mon = guarded.http()
+        mon.signin("mon")
+        text = mon.get("/schedules").text
+        assert ">digest<" in text and "0 7 * * * Europe/Amsterdam" in text and ">enabled<" in text
+        assert ">hidden<" not in text                   # not in the monitor's tubes
+        admin = guarded.http()
+        admin.signin("boss")
+        text = admin.get("/schedules").text
+        assert ">hidden<" in text and ">paused<" in text and "UTC" in text
+    finally:
+        c = guarded.client()
+        for name in ("digest", "hourly", "hidden"):
+            c.unschedule(name)
+        c.close()
 
 
 def test_cluster_page_without_replication(node):

@@ -89,7 +89,10 @@ WORDS = [b"put ", b"peek ", b"peek-ready", b"peek-delayed", b"peek-buried", b"re
          b"list-tube ready 0 ", b"list-tube delayed ", b"list-tube buried 7.3 ",
          b"list-tube reserved 0.1 1000", b"reserve-batch", b"reserve-batch ", b"reserve-batch 5 ",
          b"delete-batch", b"delete-batch ", b"delete-batch 1 ", b"move-job", b"move-job ",
-         b"move-job 3 ", b"reprioritize-job", b"reprioritize-job ", b"reprioritize-job 7 "]
+         b"move-job 3 ", b"reprioritize-job", b"reprioritize-job ", b"reprioritize-job 7 ",
+         b"schedule", b"schedule ", b"schedule n 0 60 fire ", b"schedule n 0 60 skip 5 ",
+         b"schedule n 1 1 fire 3 every ", b"unschedule ", b"unschedule", b"list-schedules",
+         b"fire-schedule ", b"pause-schedule ", b"resume-schedule ", b"resume-schedule"]
 PIECES = [b"0", b"1", b"5", b"42", b"-1", b"+3", b"4294967295", b"4294967296",
           b"18446744073709551616", b" ", b"  ", b"\t", b"x", b"foo", b"-x", b"a" * 120,
           b"\r", b"\n", b"\0", b"\r\n", b".", b".5", b".123456789", b".0000000001"]
@@ -121,6 +124,20 @@ def test_reference_parses_lines_like_beanstalkd_table():
     assert parse_line(b"quit now") == ("quit", None)
     assert parse_line(b"kick\t1") == ("UNKNOWN_COMMAND", None)
     assert parse_line(b"pause-tubedefault 5") == ("pause-tube", None, b"default", 5)
+
+
+def test_schedule_lines_parse():
+    # the size is read whenever the fifth word is one, so that the body of a
+    # bad line is swallowed; the engine reads the other words
+    data = (b"schedule n 0 60 fire 5 every 1\r\nhello\r\n"
+            b"schedule n 0 60 fire 2\r\nlist-schedules\r\n"  # a body of "list", no CRLF
+            b"schedule n 0 60 fire x every 1\r\nunschedule n\r\nfire-schedule -n\r\n")
+    S = "schedule"
+    want = [(S, None, 5, b"n 0 60 fire 5 every 1"), ("body", None, b"hello\r\n"),
+            (S, "BAD_FORMAT", 2, b"n 0 60 fire 2"), ("body", "EXPECTED_CRLF", None),
+            ("UNKNOWN_COMMAND", None), (S, "BAD_FORMAT", None, b"n 0 60 fire x every 1"),
+            ("unschedule", None, b"n"), ("fire-schedule", "BAD_FORMAT")]
+    assert compiled([data]) == want == reference([data])
 
 
 def test_move_job_and_reprioritize_job_parse():

@@ -352,6 +352,26 @@ def test_keys_and_retry_limits_by_role(guarded):
         talk(t, b"use jobs-k\r\nretry-limit 3 dead\r\n", b"USING jobs-k\r\nRETRY_LIMIT 3 dead\r\n")
 
 
+def test_schedules_by_role(guarded):
+    # listing is a monitor's (as stats); the rest an admin's, a schedule's body
+    # swallowed with its refusal
+    with login(guarded, "prod") as t:
+        talk(t, b"use jobs-s\r\nschedule s 0 60 fire 2 every 60\r\nhi\r\nlist-schedules\r\n"
+             b"fire-schedule s\r\nunschedule s\r\npause-schedule s\r\nresume-schedule s\r\n",
+             b"USING jobs-s\r\n" + b"NOT_PERMITTED\r\n" * 6)
+    with login(guarded, "boss") as t:
+        talk(t, b"use jobs-s\r\nschedule s 0 60 fire 2 every 3600\r\nhi\r\nschedule x 0 0 fire 1 every\r\n"
+             b"a\r\n", b"USING jobs-s\r\nSCHEDULED\r\nBAD_FORMAT\r\n")
+    with login(guarded, "mon") as t:
+        reply = ask(t, b"list-schedules\r\n", b"body-bytes: 2\n\r\n")
+        assert b"- name: s\n  tube: jobs-s\n" in reply
+        talk(t, b"fire-schedule s\r\n", b"NOT_PERMITTED\r\n")
+    with login(guarded, "boss") as t:
+        reply = ask(t, b"fire-schedule s\r\npause-schedule s\r\nresume-schedule s\r\nunschedule s\r\n",
+                    b"UNSCHEDULED\r\n")
+        assert re.fullmatch(rb"FIRED \d+\r\nPAUSED\r\nRESUMED\r\nUNSCHEDULED\r\n", reply), reply
+
+
 def test_move_job_and_reprioritize_job_are_an_admins(guarded):
     # even on a job of the client's own tubes, to a tube of its own: only an
     # admin moves jobs between tubes or changes their priority

@@ -28,6 +28,7 @@ from fastbean.client._protocol import (
     ProtocolError,
     Reader,
     Stats,
+    UnknownCommand,
     addresses_of,
     alien,
     backoff_of,
@@ -267,6 +268,10 @@ class AsyncClient:
             if call.name == "put":
                 self._close_if(mine)    # the body is read as a command: the replies no longer match
             raise
+        except UnknownCommand:
+            if call.name == "schedule":
+                self._close_if(mine)    # a server without schedules reads the body as a command
+            raise
         except asyncio.CancelledError:
             self._close_if(mine)        # the reply would answer the next command
             raise
@@ -295,6 +300,10 @@ class AsyncClient:
         except BadFormat:
             if call.name == "put":
                 self._close()   # the body is read as a command: the replies no longer match
+            raise
+        except UnknownCommand:
+            if call.name == "schedule":
+                self._close()   # a server without schedules reads the body as a command
             raise
         except asyncio.CancelledError:
             self._close()
@@ -471,6 +480,27 @@ class AsyncClient:
     async def retry_limit(self, limit: int | None = None, dead_letter: str | bytes | None = None,
                           default: bool = False) -> tuple[int, str | None]:
         return await self._run(P.retry_limit(limit, dead_letter, default))
+
+    # -- schedules (see Client's)
+
+    async def schedule(self, name: str | bytes, body: bytes, spec: str | bytes, pri: int = 0,
+                       ttr: int = DEFAULT_TTR, misfire: str = "fire") -> bool:
+        return await self._run(P.schedule(name, body, spec, pri, ttr, misfire))
+
+    async def unschedule(self, name: str | bytes) -> None:
+        await self._run(P.unschedule(name))
+
+    async def list_schedules(self) -> list[Stats]:
+        return await self._run(P.list_schedules())
+
+    async def fire_schedule(self, name: str | bytes) -> int:
+        return await self._run(P.fire_schedule(name))
+
+    async def pause_schedule(self, name: str | bytes) -> None:
+        await self._run(P.pause_schedule(name))
+
+    async def resume_schedule(self, name: str | bytes) -> None:
+        await self._run(P.resume_schedule(name))
 
     async def delete_batch(self, ids: Iterable[int]) -> tuple[int, int]:
         return await self._run(P.delete_batch(ids))

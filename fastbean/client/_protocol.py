@@ -646,6 +646,70 @@ def reprioritize_job(job_id: int, pri: int) -> Call[None]:
                    b"REPRIORITIZED", _none, True)
 
 
+# -- schedules: recurring jobs the server puts itself (a fastbean extension;
+# docs/protocol-extensions.md "Schedules")
+
+SCHEDULE_TEXT_KEYS = frozenset({"name", "tube", "spec", "zone", "misfire"})
+
+
+def parse_records(body: bytes, text_keys: frozenset[str] = SCHEDULE_TEXT_KEYS) -> List[Stats]:
+    """A YAML list of flat records (list-schedules) -> list of dicts, values
+    as parse_dict reads them."""
+    out: List[Stats] = []
+    for line in body.decode("utf-8", "replace").split("\n")[1:]:
+        if not line.strip():
+            continue
+        if line.startswith("- "):
+            out.append({})
+            line = line[2:]
+        elif line.startswith("  ") and out:
+            line = line[2:]
+        else:
+            raise ProtocolError("cannot read this list line: %s" % shown(line.encode()))
+        key, sep, value = line.partition(": ")
+        if not sep:
+            raise ProtocolError("cannot read this list line: %s" % shown(line.encode()))
+        out[-1][key] = value.strip('"') if key in text_keys else _value(value)
+    return out
+
+
+def schedule(name: str | bytes, body: bytes, spec: str | bytes, pri: int, ttr: int,
+             misfire: str) -> Call[bool]:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise TypeError("a job body is bytes, not %s (encode it first)" % type(body).__name__)
+    if misfire not in ("fire", "skip"):
+        raise ValueError("misfire is 'fire' or 'skip'")
+    line = b"schedule %s %d %d %s %d %s" % (tube_bytes(name), _uint(pri, "pri"), _uint(ttr, "ttr"),
+                                            misfire.encode(), len(body), tube_bytes(spec))
+
+    def read(where: str) -> Reader[bool]:
+        words, _ = yield from read_reply("schedule", where, (b"SCHEDULED", b"REPLACED"))
+        return words[0] == b"SCHEDULED"
+    # a second send replaces it with the same: REPLACED, nothing changes
+    return Call("schedule", line + b"\r\n" + bytes(body) + b"\r\n", read, True)
+
+
+def unschedule(name: str | bytes) -> Call[None]:
+    return _simple("unschedule", b"unschedule " + tube_bytes(name), b"UNSCHEDULED", _none)
+
+
+def list_schedules() -> Call[List[Stats]]:
+    return _simple("list-schedules", b"list-schedules", b"OK",
+                   lambda where, words, body: parse_records(body or b""), True)
+
+
+def fire_schedule(name: str | bytes) -> Call[int]:
+    return _simple("fire-schedule", b"fire-schedule " + tube_bytes(name), b"FIRED", _count)
+
+
+def pause_schedule(name: str | bytes) -> Call[None]:
+    return _simple("pause-schedule", b"pause-schedule " + tube_bytes(name), b"PAUSED", _none, True)
+
+
+def resume_schedule(name: str | bytes) -> Call[None]:
+    return _simple("resume-schedule", b"resume-schedule " + tube_bytes(name), b"RESUMED", _none, True)
+
+
 def delete_and_peek(job_id: int, state: str) -> Call[Tuple[bool, Optional[Job]]]:
     """delete and peek-STATE in one round trip."""
     def read(where: str) -> Reader[Tuple[bool, Optional[Job]]]:

@@ -32,6 +32,7 @@ from fastbean.client._protocol import (
     Reader,
     Stats,
     UnexpectedReply,
+    UnknownCommand,
     addresses_of,
     alien,
     backoff_of,
@@ -461,6 +462,42 @@ class Client:
         tube or None. UnknownCommand from a server without it."""
         return self._run(P.retry_limit(limit, dead_letter, default))
 
+    # -- schedules: recurring jobs the server puts itself (a fastbean extension;
+    # docs/protocol-extensions.md "Schedules"). UnknownCommand from a server
+    # without them, BadFormat for a bad name or spec.
+
+    def schedule(self, name: str | bytes, body: bytes, spec: str | bytes, pri: int = 0, ttr: int = DEFAULT_TTR,
+                 misfire: str = "fire") -> bool:
+        """Define schedule `name` in the tube in use, or replace the one of
+        that name: a job of `body` at each time of `spec` (a five-field cron
+        expression with an optional IANA zone, or "every SECONDS"). misfire:
+        "fire" (an occurrence missed while no server ran fires once when one
+        is back) or "skip". True if it is new, False if it replaced one."""
+        return self._run(P.schedule(name, body, spec, pri, ttr, misfire))
+
+    def unschedule(self, name: str | bytes) -> None:
+        """Remove a schedule (its jobs stay); NotFound if there is none."""
+        self._run(P.unschedule(name))
+
+    def list_schedules(self) -> list[Stats]:
+        """Every schedule of the server: dicts of name, tube, spec, zone, pri,
+        ttr, misfire, paused, next and last (Unix seconds; 0: none), fires,
+        runs and body-bytes."""
+        return self._run(P.list_schedules())
+
+    def fire_schedule(self, name: str | bytes) -> int:
+        """Put one job of the schedule now, beside its occurrences: its id."""
+        return self._run(P.fire_schedule(name))
+
+    def pause_schedule(self, name: str | bytes) -> None:
+        """Stop firing the schedule until resume_schedule()."""
+        self._run(P.pause_schedule(name))
+
+    def resume_schedule(self, name: str | bytes) -> None:
+        """Fire it again, from its next occurrence on (those passed while it
+        was paused do not fire)."""
+        self._run(P.resume_schedule(name))
+
     def delete_batch(self, ids: Iterable[int]) -> tuple[int, int]:
         """Delete up to 1000 jobs by id in one command (delete-batch, a fastbean
         and tuber extension): (deleted, not found). UnknownCommand from a
@@ -514,6 +551,12 @@ class Client:
             if call.name == "put":
                 # the server reads the body that follows as a command, and answers it:
                 # the replies no longer match the commands
+                self._lost = True
+                self.sock.close()
+            raise
+        except UnknownCommand:
+            if call.name == "schedule":
+                # a server without schedules reads the body as a command, as above
                 self._lost = True
                 self.sock.close()
             raise

@@ -43,6 +43,7 @@ def routes(app):
     r.add_get("/search.json", search_json)
     r.add_post("/search/cancel", search_cancel)
     r.add_get("/connections", connections)
+    r.add_get("/schedules", schedules)
     r.add_get("/dead", dead)
     r.add_post("/dead/requeue", dead_requeue)
     r.add_get("/cluster", cluster)
@@ -532,6 +533,23 @@ async def connections(request):
         rows.append(row)
     rows.sort(key=lambda r: (not (r["info"] and r["info"]["held"]), r["address"]))
     return console.render(request, "connections.html", rows=rows)
+
+
+def _when(ns):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ns // 1000000000)) if ns else None
+
+
+async def schedules(request):
+    """Every schedule in a tube the session sees: enabled or paused, next and
+    last firing (protocol-extensions.md "Schedules")."""
+    console = _console(request)
+    session = request["session"]
+    rows = [{"name": s["name"].decode("ascii", "replace"), "tube": tube_name(s["tube"]),
+             "spec": s["spec"].decode("ascii", "replace"), "misfire": s["misfire"],
+             "paused": s["paused"], "next": _when(s["next"]), "last": _when(s["last"]),
+             "fires": s["fires"], "runs": s["runs"]}
+            for s in console.server.core.schedule_info() if session.sees(s["tube"])]
+    return console.render(request, "schedules.html", rows=rows)
 
 
 def _sockname(name):

@@ -56,6 +56,7 @@ from fastbean.ctl.defaults import (
 )
 from fastbean.ctl.flush import cmd_flush
 from fastbean.ctl.jobs import cmd_jobs
+from fastbean.ctl.schedules import cmd_schedule
 
 UINT32_MAX = (1 << 32) - 1
 
@@ -285,6 +286,32 @@ def build_parser():
     sub.add_argument("--buried", action="store_true",
                      help="only the buried jobs (flush-buried)")
     sub.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    sub = command("schedule", cmd_schedule, "recurring jobs the server puts itself (a fastbean "
+                                            "extension): add, remove, list, run, pause, resume")
+    actions = sub.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = actions.add_parser("add", parents=[common], help="add a schedule, or replace the one of that name")
+    add.add_argument("name", metavar="NAME", type=_tube)
+    add.add_argument("spec", metavar="SPEC",
+                     help="'MIN HOUR DOM MON DOW [ZONE]' (cron) or 'every SECONDS', as one argument")
+    add.add_argument("body", metavar="BODY", nargs="?", default="-",
+                     help="the body of each job (default: stdin)")
+    add.add_argument("-t", "--tube", type=_tube, default="default", help="tube (default: default)")
+    add.add_argument("--pri", type=_uint("a priority"), default=PUT_PRI,
+                     help="priority of its jobs (default: %d)" % PUT_PRI)
+    add.add_argument("--ttr", metavar="SECONDS", type=_uint("a number of seconds"), default=PUT_TTR_S,
+                     help="TTR of its jobs (default: %d)" % PUT_TTR_S)
+    add.add_argument("--misfire", choices=("fire", "skip"), default="fire",
+                     help="times missed while no server ran: fire once when one is back (default), "
+                          "or skip them")
+    actions.add_parser("list", parents=[common], help="every schedule, enabled or paused, with its "
+                                                      "next and last firing")
+    for name, help_text in (("remove", "remove a schedule (its jobs stay)"),
+                            ("run", "put one job of the schedule now"),
+                            ("pause", "stop firing the schedule"),
+                            ("resume", "fire the schedule again from its next time")):
+        one = actions.add_parser(name, parents=[common], help=help_text)
+        one.add_argument("name", metavar="NAME", type=_tube)
     return parser
 
 

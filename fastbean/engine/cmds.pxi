@@ -3,7 +3,7 @@
 #
 # Offers: dispatch, kick_more.
 # Uses: clock, heap, mem, wal, tube, job, walg, keys, retry, stats, metrics, conn,
-#   queue, testing, flush, list.
+#   queue, sched, testing, flush, list.
 
 
 cdef inline void _count_producer(Core core, Conn c) noexcept:
@@ -477,8 +477,9 @@ cdef int _shows(Conn c, int op) noexcept:
             or op == OP_BAD_FORMAT):
         return SHOWS_NOTHING
     if op == OP_PUT_BODY:
-        # a put with a key may answer with the key's job, or its cooldown
-        return SHOWS_NOTHING if c.put_key is None else SHOWS_ALL
+        # a put with a key may answer with the key's job, or its cooldown;
+        # a schedule's body, with the schedule it replaces
+        return SHOWS_NOTHING if c.put_key is None and c.sched_def is None else SHOWS_ALL
     if op == OP_STATS_TUBE or op == OP_PAUSE_TUBE:
         return SHOWS_TUBE
     if op == OP_PEEK_READY or op == OP_PEEK_DELAYED or op == OP_PEEK_BURIED:
@@ -529,6 +530,8 @@ cdef int _dispatch(Core core, Conn c, Cmd *cmd) except -1:
     if op <= OP_PAUSE_TUBE:
         core.cmd_ct[op] += 1
     lat_run(c, op)
+    if OP_SCHEDULE <= op <= OP_RESUME_SCHEDULE:
+        return sched_cmd(core, c, cmd)      # --strict too: a schedule line's body
     if is_extension(op):
         if core.strict:
             if rejected_by_beanstalkd_as_bad_format(op):
@@ -539,6 +542,8 @@ cdef int _dispatch(Core core, Conn c, Cmd *cmd) except -1:
     if op == OP_PUT:
         return cmd_put(core, c, cmd)
     elif op == OP_PUT_BODY:
+        if c.sched_def is not None:
+            return sched_body(core, c, cmd)
         return cmd_put_body(core, c, cmd)
     elif op == OP_SKIPPED:
         return out_text(c, err_text(cmd.err))

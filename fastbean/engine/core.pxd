@@ -314,6 +314,21 @@ cdef class Core:
     cdef object replay_key            # (id, key, cooldown ns) of the last EXT_KEY replayed, or None
     cdef object replay_origin         # (id, tube) of the last EXT_ORIGIN replayed, or None
 
+    # Schedules (sched.pxi): recurring jobs the engine puts itself, from its
+    # timer. The definitions and the last occurrence each fired are extension
+    # state too: ("sched", name) and ("fired", name) in ext_items.
+    cdef dict schedules               # name (bytes) -> Sched
+    cdef int64_t sched_at             # mono ns the soonest occurrence is due (tick); INT64_MAX: none
+    cdef uint32_t sched_gen           # the latest definition's number (one per define or replace)
+    cdef dict sched_fired             # replay: name -> (gen, occurrence wall ns, fires) of the latest fired
+    cdef list replay_parts            # replay: [spec, body chunks] of the definition being read, or None
+    cdef object replay_fire           # replay: (id, name, gen, occurrence, fires) of the EXT_FIRE before a job, or None
+    cdef readonly uint64_t sched_fires, sched_runs   # occurrences fired; fire-schedule's extra jobs
+    cdef readonly uint64_t sched_misfires            # occurrences skipped or folded into one after an outage
+    # on_fire(name, tube, id, occurrence wall ns, lag ns, manual): a schedule
+    # made job id (server.py: log event and metrics)
+    cdef object on_fire
+
     cdef readonly bint testing             # --testing: the test-only commands run (testing.pxi)
     cdef readonly bint strict              # --strict: protocol extensions answer UNKNOWN_COMMAND
 
@@ -497,6 +512,7 @@ cdef class Conn:
     cdef bint list_more               # candidates beyond the page were dropped
 
     cdef object put_key               # (key, cooldown ns) of the put in progress, or None
+    cdef tuple sched_def              # schedule in progress, its body being read (sched.pxi), or None
     cdef bint big_puts                # its last put was big: reads are taken apart (feed_after_big_put)
 
     # put in progress (between the put line and its body)

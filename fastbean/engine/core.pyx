@@ -36,7 +36,9 @@ from fastbean.engine.wire cimport (
     OP_TEST_ADVANCE, OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, OP_RESERVE_BATCH,
     OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, OP_MOVE_JOB, OP_REPRIORITIZE_JOB,
     RETRY_SHOW, RETRY_DEFAULT,
-    ERR_NONE, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
+    OP_SCHEDULE, OP_UNSCHEDULE, OP_LIST_SCHEDULES, OP_FIRE_SCHEDULE, OP_PAUSE_SCHEDULE,
+    OP_RESUME_SCHEDULE, MSG_SCHEDULED, MSG_REPLACED, MSG_UNSCHEDULED, MSG_RESUMED, MSG_FIRED,
+    ERR_NONE, ERR_BAD_FORMAT, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY,
 )
 
 
@@ -64,6 +66,7 @@ include "metrics.pxi"
 include "conn.pxi"
 include "queue.pxi"
 include "held.pxi"
+include "sched.pxi"
 include "replay.pxi"
 include "testing.pxi"
 include "flush.pxi"
@@ -110,7 +113,7 @@ cdef class Core:
                  batch_limit=BATCH_LIMIT, binlog_max_size=DEFAULT_BINLOG_SIZE,
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
                  next_file=None, testing=False, strict=False, drop_others=None,
-                 lease_over=None, retry_limit=0, dead_letter_tube=None):
+                 lease_over=None, retry_limit=0, dead_letter_tube=None, on_fire=None):
         """Limits as the command line sets them, and the hooks (see core.pxd),
         none of which may call into the engine before it returns:
         arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
@@ -127,7 +130,9 @@ cdef class Core:
         beanstalkd 1.12 does. lease_over() says a command came
         after the end set by set_lease(). retry_limit (and
         dead_letter_tube, bytes) is the retry limit of every tube whose own
-        retry-limit has not been set (retry.pxi). Without hooks (in-process tests)
+        retry-limit has not been set (retry.pxi). on_fire((name, tube, id,
+        occurrence wall ns, lag ns, manual)) hears of each job a schedule
+        makes (sched.pxi). Without hooks (in-process tests)
         the caller calls tick(), end_turn() and take_wal() itself."""
         self.binlog_max_size = binlog_max_size
         self.next_id = 1
@@ -164,6 +169,10 @@ cdef class Core:
         self.origins = {}
         self.default_policy = (int(retry_limit), dead_letter_tube or None) if retry_limit else None
         self.ext_items = {}
+        self.schedules = {}
+        self.sched_fired = {}
+        self.sched_at = INT64_MAX
+        self.on_fire = on_fire
         self.wal_on = False
         self.wba = bytearray()
         self.wsegs = []
@@ -239,6 +248,7 @@ cdef class Core:
             self.armed_at = INT64_MAX
             return None
         done = queue_tick(self, now, budget)
+        done += sched_tick(self, budget - done if done < budget else 0, False)
         flush_dirty(self)
         mem_trim(self)
         mem_idle(self, now)
@@ -328,6 +338,12 @@ cdef class Core:
         """The body of job id (its first limit bytes, if limit >= 0), or None."""
         return inspect_body(self, id, limit)
 
+    def schedule_info(self):
+        """Every schedule (sched.pxi), by name: dicts of name, tube, spec and
+        body (bytes), zone, pri, ttr, misfire ("fire" or "skip"), paused,
+        next and last (wall ns, or None), fires, runs and gen."""
+        return sched_info(self)
+
     def counters(self):
         """stats' numbers by their names, and the memory and job counts."""
         return inspect_counters(self)
@@ -359,6 +375,8 @@ cdef class Core:
         wal_file_add(self, seq, cap, used)
         self.wal_on = True
         wal_marker(self)
+        if self.schedules:
+            sched_due(self)              # they fire once there is a log for their records
 
     def wal_spare(self, int64_t seq, int64_t cap, int64_t used):
         """binlog.<seq> is ready for when the current file is full (it replaces

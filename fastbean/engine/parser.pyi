@@ -13,4 +13,5 @@ class Parser:
         data: Union[bytes, bytearray, memoryview],
         accept: Optional[Callable[[int], bool]] = ...,
         tagged: Optional[Callable[[bytes], bool]] = ...,
+        schedules: bool = ...,
     ) -> List[Tuple[object, ...]]: ...

@@ -15,6 +15,8 @@ from fastbean.engine.wire cimport (
     OP_SKIPPED, OP_UNKNOWN, OP_BAD_FORMAT, OP_EXT, OP_TEST_RESET, OP_TEST_ADVANCE,
     OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_LIST_TUBE, LIST_MAX, OP_RESERVE_BATCH, BATCH_MAX,
     OP_DELETE_BATCH, OP_RETRY_LIMIT, OP_DELETE_EACH, OP_MOVE_JOB, OP_REPRIORITIZE_JOB,
+    OP_SCHEDULE, OP_UNSCHEDULE, OP_LIST_SCHEDULES, OP_FIRE_SCHEDULE, OP_PAUSE_SCHEDULE,
+    OP_RESUME_SCHEDULE,
     LIST_READY, LIST_RESERVED, LIST_BURIED, LIST_DELAYED, RETRY_SHOW, RETRY_SET, RETRY_DEFAULT,
     ERR_NONE, ERR_BAD_FORMAT, ERR_EXPECTED_CRLF, ERR_JOB_TOO_BIG, ERR_OUT_OF_MEMORY, ERR_DRAINING,
 )
@@ -273,6 +275,40 @@ cdef bint _ids(Cmd *cmd, const char *p, const char *end) noexcept:
     return True
 
 
+cdef void _sched_args(Cmd *cmd, const char *p, const char *end) noexcept:
+    # schedule's " <name> <pri> <ttr> <misfire> <bytes> <spec>": the engine
+    # reads the words (name/name_len: all of them); here only the size, so
+    # that a body follows (garbage False) whenever the fifth word is one,
+    # even when the rest is bad (the body is then swallowed, BAD_FORMAT).
+    cdef const char *w = NULL
+    cdef int words = 0
+    cdef uint64_t v
+    cmd.op = OP_SCHEDULE
+    cmd.err = ERR_BAD_FORMAT
+    cmd.garbage = True
+    cmd.nbytes = 0
+    cmd.name, cmd.name_len = p, 0
+    if p == end or p[0] != c' ':
+        return
+    cmd.name, cmd.name_len = p + 1, end - p - 1
+    while words < 5:
+        if p == end or p[0] != c' ':
+            return
+        words += 1
+        p += 1
+        w = p
+        while p < end and p[0] != c' ':
+            p += 1
+        if p == w:
+            return
+    if _read_uint(w, p, UINT32_MAX, &v) != p:
+        return
+    cmd.nbytes = <uint32_t>v
+    cmd.garbage = False
+    if p + 1 < end and p[1] != c' ':
+        cmd.err = ERR_NONE
+
+
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     # s[0:n] is one command line without its CRLF. Verbs are matched as
     # prefixes in beanstalkd's order, so e.g. "stats-job" (no space) lands on
@@ -330,8 +366,12 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
                 cmd.op = OP_PAUSE_TUBE
                 if not name_ok(cmd.name, cmd.name_len):
                     cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"pause-schedule", 14):
+            _ext_name(cmd, s + 14, end, OP_PAUSE_SCHEDULE)
     elif c == c'r':
-        if _is(s, n, b"reserve-with-timeout ", 21):
+        if _is(s, n, b"resume-schedule", 15):
+            _ext_name(cmd, s + 15, end, OP_RESUME_SCHEDULE)
+        elif _is(s, n, b"reserve-with-timeout ", 21):
             # 1.12 reads this with strtol into an int: no checks beyond
             # overflow of a long, trailing bytes ignored, value truncated.
             r = _c_strtoul(s + 21, end, &v, &neg)
@@ -417,9 +457,13 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             _set_name(cmd, s + 11, end, OP_STATS_TUBE)
         elif _is(s, n, b"stats", 5):
             cmd.op = OP_STATS if n == 5 else OP_BAD_FORMAT
+        elif _is(s, n, b"schedule", 8):
+            _sched_args(cmd, s + 8, end)
     elif c == c'u':
         if _is(s, n, b"use ", 4):
             _set_name(cmd, s + 4, end, OP_USE)
+        elif _is(s, n, b"unschedule", 10):
+            _ext_name(cmd, s + 10, end, OP_UNSCHEDULE)
     elif c == c'w':
         if _is(s, n, b"watch ", 6):
             _set_name(cmd, s + 6, end, OP_WATCH)
@@ -437,6 +481,10 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             # fastbean's: the standard ones above take every other list-tube line
             cmd.op = OP_LIST_TUBE
             if not _list_args(cmd, s + 10, end):
+                cmd.err = ERR_BAD_FORMAT
+        elif _is(s, n, b"list-schedules", 14):
+            cmd.op = OP_LIST_SCHEDULES
+            if n != 14:
                 cmd.err = ERR_BAD_FORMAT
     elif c == c'm':
         if _is(s, n, b"move-job", 8):
@@ -469,6 +517,8 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
             _ext_name(cmd, s + 10, end, OP_FLUSH_TUBE)
         elif _is(s, n, b"flush-buried", 12):
             _ext_name(cmd, s + 12, end, OP_FLUSH_BURIED)
+        elif _is(s, n, b"fire-schedule", 13):
+            _ext_name(cmd, s + 13, end, OP_FIRE_SCHEDULE)
 
 
 cdef inline bint _long_start(const char *p) noexcept:
@@ -646,7 +696,7 @@ cdef class Parser:
                     cmd.err = ERR_NONE
                     return 1
                 _parse_line(line, linelen - 2, cmd)
-                if cmd.op == OP_PUT:
+                if cmd.op == OP_PUT or (cmd.op == OP_SCHEDULE and not cmd.garbage):
                     self.state = S_DECIDE
                 elif cmd.op == OP_QUIT:
                     self.discard_input()
@@ -751,13 +801,15 @@ cdef class Parser:
 
     # -- cold API for tests and tools -----------------------------------------
 
-    def parse(self, data, accept=None, tagged=None):
+    def parse(self, data, accept=None, tagged=None, schedules=True):
         """Feed data and return the commands now complete as tuples.
 
         Put bodies are accepted when accept(nbytes) is true (default: always),
         otherwise swallowed and reported as ('SKIPPED', 'JOB_TOO_BIG'). A put
         with bytes after its size has no body (beanstalkd's BAD_FORMAT),
         unless tagged(those bytes) is true (an extension's tag, idp:KEY).
+        A schedule line's body is read as a put's, unless schedules is false
+        (--strict: beanstalkd reads it as a command).
         """
         cdef Cmd cmd
         out = []
@@ -769,7 +821,9 @@ cdef class Parser:
             else:
                 out.append(_cmd_tuple(&cmd))
             if self.state == S_DECIDE:
-                if accept is not None and not accept(cmd.nbytes):
+                if cmd.op == OP_SCHEDULE and not schedules:
+                    self.no_body()
+                elif accept is not None and not accept(cmd.nbytes):
                     self.reject_body(<Py_ssize_t>cmd.nbytes + 2, ERR_JOB_TOO_BIG)
                 elif cmd.garbage and (tagged is None or not tagged(cmd.name[:cmd.name_len])):
                     self.no_body()
@@ -795,6 +849,9 @@ OP_NAMES = {
     OP_FLUSH_BURIED: "flush-buried", OP_LIST_TUBE: "list-tube", OP_RESERVE_BATCH: "reserve-batch",
     OP_DELETE_BATCH: "delete-batch", OP_RETRY_LIMIT: "retry-limit", OP_DELETE_EACH: "delete-each",
     OP_MOVE_JOB: "move-job", OP_REPRIORITIZE_JOB: "reprioritize-job",
+    OP_SCHEDULE: "schedule", OP_UNSCHEDULE: "unschedule", OP_LIST_SCHEDULES: "list-schedules",
+    OP_FIRE_SCHEDULE: "fire-schedule", OP_PAUSE_SCHEDULE: "pause-schedule",
+    OP_RESUME_SCHEDULE: "resume-schedule",
 }
 ERR_NAMES = {ERR_NONE: None, ERR_BAD_FORMAT: "BAD_FORMAT", ERR_EXPECTED_CRLF: "EXPECTED_CRLF",
              ERR_JOB_TOO_BIG: "JOB_TOO_BIG", ERR_OUT_OF_MEMORY: "OUT_OF_MEMORY",
@@ -831,7 +888,11 @@ cdef tuple _cmd_tuple(Cmd *cmd):
         return (name, err, cmd.bound, cmd.delay)
     if op == OP_LIST_TUBE and err is None:
         return (name, err, cmd.list_state, cmd.after_key, cmd.after_id, cmd.bound)
-    if op in (OP_FLUSH_TUBE, OP_FLUSH_BURIED) and err is None:
+    if op == OP_SCHEDULE:
+        # the size (None: no body follows), then the words for the engine
+        return (name, err, None if cmd.garbage else cmd.nbytes, cmd.name[:cmd.name_len])
+    if op in (OP_FLUSH_TUBE, OP_FLUSH_BURIED, OP_UNSCHEDULE, OP_FIRE_SCHEDULE, OP_PAUSE_SCHEDULE,
+              OP_RESUME_SCHEDULE) and err is None:
         return (name, err, cmd.name[:cmd.name_len])
     if op in (OP_USE, OP_WATCH, OP_IGNORE, OP_STATS_TUBE):
         return (name, err, cmd.name[:cmd.name_len])

@@ -419,6 +419,8 @@ cdef int64_t next_deadline(Core core) noexcept:
         x = (<ConnTimer *>core.conn_timers.items[0]).at
         if x < at:
             at = x
+    if core.sched_at < at:
+        at = core.sched_at            # sched.pxi
     return at
 
 

@@ -3,7 +3,7 @@
 # last record says (wal_replay_finish).
 #
 # Offers: wal_replay, wal_replay_finish.
-# Uses: clock, vec, mem, wal, tube, job, walg, keys, retry, queue.
+# Uses: clock, vec, mem, wal, tube, job, walg, keys, retry, queue, sched.
 
 
 cdef tuple wal_replay(Core core, object data, int64_t seq):
@@ -78,6 +78,8 @@ cdef object _replay_ext(Core core, Jobrec *rec, const char *name, int32_t namele
             policy_set(core, core.replay_tube, rec.reserve_ct, nm if namelen else None,
                        rec.kick_ct == 1, False)
         core.replay_tube = None
+    elif EXT_SPEC <= kind <= EXT_LAST:
+        return sched_replay_ext(core, kind, rec, nm)
     else:
         return "unknown extension record %d" % kind
     return None
@@ -89,6 +91,8 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
     cdef Tube *t
     if rec.id == EXT_ID:
         return _replay_ext(core, rec, name, namelen)
+    fire = core.replay_fire             # an EXT_FIRE counts only if this is its job's full record
+    core.replay_fire = None
     j = job_find(core, rec.id)
     if rec.id > core.replay_max_id:
         core.replay_max_id = rec.id
@@ -140,6 +144,8 @@ cdef object _replay_apply(Core core, Jobrec *rec, const char *name, int32_t name
         else:
             origin_forget(core, j)
         core.replay_origin = None
+        if fire is not None and (<tuple>fire)[0] == j.id:
+            sched_replay_fired(core, (<tuple>fire)[1], (<tuple>fire)[2], (<tuple>fire)[3], (<tuple>fire)[4])
     return None
 
 
@@ -169,6 +175,7 @@ cdef Py_ssize_t wal_replay_finish(Core core) except -1:
         if (<tuple>k)[1]:               # room for its cooldown's records
             core.wal_resv += gone_size(<bytes>job_find(core, id).tube.name, <bytes>(<tuple>k)[0])
     core.replay_tube = core.replay_key = core.replay_origin = None
+    sched_replay_finish(core)
     if core.replay_max_id >= core.next_id:
         core.next_id = core.replay_max_id + 1
     return count

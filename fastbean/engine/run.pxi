@@ -74,7 +74,7 @@ cdef int conn_run(Core core, Conn c) except -1:
                 if c.state == CONN_EOF:
                     c.state = CONN_QUIT
                 break
-            if cmd.op == OP_PUT_BODY and cmd.body != NULL:
+            if cmd.op == OP_PUT_BODY and cmd.body != NULL and c.put_job != NULL:
                 body_bytes += c.put_job.body_size
             dispatch(core, c, &cmd)
             n += 1

@@ -145,5 +145,9 @@ cdef bytes ext_yaml(Core core):
         b"put-key-hits: %d\n" % core.key_hits,
         b"current-keys: %d\n" % len(core.job_keys),
         b"current-keys-cooling: %d\n" % len(core.gone),
+        b"schedules: %d\n" % len(core.schedules),
+        b"schedule-fires: %d\n" % core.sched_fires,
+        b"schedule-runs: %d\n" % core.sched_runs,
+        b"schedule-misfires: %d\n" % core.sched_misfires,
         b"" if core.ext_stats is None else hook0(core, core.ext_stats),
     ])

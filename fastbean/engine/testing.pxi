@@ -2,14 +2,14 @@
 # (fastbean.testing and the pytest plugin use them; Core(testing=True)).
 #
 # Offers: test_command.
-# Uses: clock, hooks, tube, walg, conn, queue.
+# Uses: clock, hooks, tube, walg, conn, queue, sched.
 #
 #   fastbean-clock-advance SECONDS[.FRACTION]  -> ADVANCED <offset ns>
 #       moves the engine's clock (clock_offset) forward, then runs every timer
 #       now due before it answers;
 #   fastbean-reset  -> RESET, then the connection is closed
 #       drops every other connection, deletes every job, forgets every tube,
-#       pause, counter, cooling key and retry limit, leaves drain mode and
+#       pause, counter, cooling key, retry limit and schedule, leaves drain mode and
 #       sets the clock back.
 
 # The clock moves at most this far in all (~73 years), so that deadlines
@@ -33,6 +33,7 @@ cdef int _advance(Core core, Conn c, int64_t ns) except -1:
         return out_text(c, MSG_BAD_FORMAT)
     clock_offset += ns
     queue_tick(core, mono_ns(), PY_SSIZE_T_MAX)   # all that is now due, before the reply
+    sched_tick(core, PY_SSIZE_T_MAX, True)                # every occurrence passed, each schedule's in order
     core.armed_at = INT64_MAX       # the Python timer's delay was in the old time
     rearm(core)
     return out_u64(c, MSG_ADVANCED, <uint64_t>clock_offset)
@@ -78,6 +79,7 @@ cdef int _reset(Core core, Conn c) except -1:
     core.gone = {}
     core.policies = {}
     core.origins = {}
+    sched_reset(core)
     memset(core.cmd_ct, 0, sizeof(core.cmd_ct))
     core.job_timeouts = core.total_jobs = core.total_conns = 0
     core.wal_written = core.wal_migrated = 0

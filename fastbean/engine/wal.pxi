@@ -3,6 +3,7 @@
 # binlog.py's business, the space and ownership walg.pxi's.
 #
 # Offers: WAL_SHORT, WAL_HEADER, EXT_ID, EXT_TUBE, EXT_KEY, EXT_GONE, EXT_POLICY, EXT_ORIGIN,
+#   EXT_SPEC, EXT_BODY, EXT_SCHED, EXT_UNSCHED, EXT_FIRE, EXT_LAST,
 #   wal_full_size, rec_fill, rec_fill_marker, ext_rec, header_check, rec_read.
 # Python: FILE_HEADER, FILE_FIRST_RECORD, id_marker.
 # Uses: clock.
@@ -33,6 +34,17 @@ cdef enum:
 #               retry limit; kick_ct: 1 = back to the server's default
 #   EXT_ORIGIN  name: the tube job `delay` was dead-lettered from, whose full
 #               record comes next
+#   EXT_SPEC    name: the spec of the EXT_SCHED that follows
+#   EXT_BODY    name: up to NAME_MAX bytes of its body (none for an empty one)
+#   EXT_SCHED   name: a schedule, defined after EXT_TUBE, EXT_SPEC and its
+#               EXT_BODY records; delay: since when (wall ns); reserve_ct: its
+#               number (gen); timeout_ct: pri; release_ct: ttr seconds;
+#               bury_ct: body bytes; kick_ct: 1 = misfire skip, 2 = paused
+#   EXT_UNSCHED name: a schedule removed; reserve_ct: its gen
+#   EXT_FIRE    name: a schedule; delay: the job made, whose full record comes
+#               next; deadline_at: the occurrence (wall ns); reserve_ct: gen;
+#               timeout_ct: occurrences fired so far
+#   EXT_LAST    the same, with no job: the latest EXT_FIRE written forward
 cdef uint64_t EXT_ID = 0xffffffffffffffff
 cdef enum:
     EXT_TUBE = 1
@@ -40,6 +52,12 @@ cdef enum:
     EXT_GONE = 3
     EXT_POLICY = 4
     EXT_ORIGIN = 5
+    EXT_SPEC = 6
+    EXT_BODY = 7
+    EXT_SCHED = 8
+    EXT_UNSCHED = 9
+    EXT_FIRE = 10
+    EXT_LAST = 11
 
 
 cdef int32_t _version = WAL_VERSION
@@ -90,9 +108,12 @@ cdef void rec_fill_marker(Jobrec *r, uint64_t max_id, int64_t wall) noexcept:
     r.pad2[2] = WAL_SIG2
 
 
-cdef bytes ext_rec(uint32_t kind, bytes name, int64_t a, int64_t b, uint32_t n, uint32_t flag):
+cdef bytes ext_rec(uint32_t kind, bytes name, int64_t a, int64_t b, uint32_t n, uint32_t flag,
+                   uint32_t n2=0, uint32_t n3=0, uint32_t n4=0):
     # One extension record: int32 name length, the name, a Jobrec of job
     # EXT_ID in state "deleted" (no body follows), signed like every record.
+    # a: delay, b: deadline_at, n..n4: reserve_ct, timeout_ct, release_ct,
+    # bury_ct; flag: kick_ct.
     cdef Jobrec r
     cdef int32_t namelen = <int32_t>PyBytes_GET_SIZE(name)
     memset(&r, 0, sizeof(Jobrec))
@@ -104,6 +125,9 @@ cdef bytes ext_rec(uint32_t kind, bytes name, int64_t a, int64_t b, uint32_t n, 
     r.created_at = wall_ns()
     r.deadline_at = b
     r.reserve_ct = n
+    r.timeout_ct = n2
+    r.release_ct = n3
+    r.bury_ct = n4
     r.kick_ct = flag
     r.state = JOB_INVALID
     r.pad2[0] = WAL_SIG0

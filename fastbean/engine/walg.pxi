@@ -7,7 +7,7 @@
 #
 # Offers: wal_marker, wal_record, wal_room, wal_switch, wal_links_on,
 #   wal_take, wal_own, wal_disown, wal_file_add, wal_collect, wal_migrate, ext_put,
-#   ext_own, ext_disown.
+#   ext_append, ext_own, ext_disown.
 # Uses: clock, hooks, vec, wal, job.
 
 
@@ -60,11 +60,12 @@ cdef inline Py_ssize_t wal_key_size(Core core, Job *j) noexcept:
     return n
 
 
-cdef int wal_record(Core core, Job *j, bint full) except -1:
+cdef int wal_record(Core core, Job *j, bint full, bytes pre=None) except -1:
     # Append j's record: full (put, migration) or short (every update).
     # The caller has made sure the current file has room (wal_room) for it,
     # and for a keyed job's key record and a dead letter's origin record
-    # (wal_key_size), which go first.
+    # (wal_key_size), which go first, or the records `pre` to go right
+    # before those (a schedule's EXT_FIRE).
     cdef Jobrec rec
     cdef int32_t namelen = 0
     cdef bytes name
@@ -80,8 +81,10 @@ cdef int wal_record(Core core, Job *j, bint full) except -1:
             if j.flags & JOB_KEYED:
                 k = <tuple>core.job_keys[j.id]
                 key += ext_rec(EXT_KEY, <bytes>k[0], <int64_t>j.id, <int64_t>k[1], 0, 0)
-            wal_begin(core, PyBytes_GET_SIZE(key) + wal_full_size(j))
-            wal_put(core, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+            pre = key if pre is None else pre + key
+        if pre is not None:
+            wal_begin(core, PyBytes_GET_SIZE(pre) + wal_full_size(j))
+            wal_put(core, PyBytes_AS_STRING(pre), PyBytes_GET_SIZE(pre))
         else:
             wal_begin(core, wal_full_size(j))
         wal_put(core, <char *>&namelen, 4)
@@ -255,6 +258,16 @@ cdef int ext_put(Core core, object what, bytes recs) except -1:
     core.wal_written += 1
     core.wal_seq += 1
     ext_own(core, what, recs)
+    return 0
+
+
+cdef int ext_append(Core core, bytes recs) except -1:
+    # Append records no state keeps (a removal: the state it ends is
+    # disowned, so the older files that held it go before this one does).
+    wal_begin(core, PyBytes_GET_SIZE(recs))
+    wal_put(core, PyBytes_AS_STRING(recs), PyBytes_GET_SIZE(recs))
+    core.wal_written += 1
+    core.wal_seq += 1
     return 0
 
 

@@ -74,7 +74,15 @@ cdef enum Op:
     OP_DELETE_EACH = 39       # delete-each <id>... (cmds.pxi)
     OP_MOVE_JOB = 40          # move-job <id> <tube> (cmds.pxi, queue.pxi's job_move)
     OP_REPRIORITIZE_JOB = 41  # reprioritize-job <id> <pri> (cmds.pxi)
-    OP_COUNT = 42
+    # schedules (sched.pxi): schedule <name> <pri> <ttr> <misfire> <bytes> <spec>
+    # (its body follows as a put's), and the others on a schedule's name
+    OP_SCHEDULE = 42
+    OP_UNSCHEDULE = 43        # unschedule <name>
+    OP_LIST_SCHEDULES = 44    # list-schedules
+    OP_FIRE_SCHEDULE = 45     # fire-schedule <name>
+    OP_PAUSE_SCHEDULE = 46    # pause-schedule <name>
+    OP_RESUME_SCHEDULE = 47   # resume-schedule <name>
+    OP_COUNT = 48
 
 
 cdef inline bint is_extension(int op) noexcept nogil:
@@ -110,8 +118,11 @@ ctypedef struct Cmd:
     uint64_t after_key        # list-tube's cursor: the page starts after (key, id); (0, 0) first
     uint64_t after_id
     int64_t advance_ns        # fastbean-clock-advance
-    bint garbage              # put: bytes after the size field (name/name_len: those bytes)
-    # tube name (delete-batch: its ids; move-job: the new tube), borrowed until the next Parser call
+    # put: bytes after the size field (name/name_len: those bytes); schedule:
+    # no size could be read, so no body follows
+    bint garbage
+    # tube name (delete-batch: its ids; move-job: the new tube; schedule: all
+    # its words), borrowed until the next Parser call
     const char *name
     Py_ssize_t name_len
     const char *body          # OP_PUT_BODY: the body, where accept_body() was told; NULL without its CRLF
@@ -149,6 +160,10 @@ cdef extern from *:
     #define MSG_INTERNAL_ERROR  FB_TEXT("INTERNAL_ERROR\\r\\n")
     #define MSG_UNKNOWN_COMMAND FB_TEXT("UNKNOWN_COMMAND\\r\\n")
     #define MSG_RESET           FB_TEXT("RESET\\r\\n")
+    #define MSG_SCHEDULED       FB_TEXT("SCHEDULED\\r\\n")
+    #define MSG_REPLACED        FB_TEXT("REPLACED\\r\\n")
+    #define MSG_UNSCHEDULED     FB_TEXT("UNSCHEDULED\\r\\n")
+    #define MSG_RESUMED         FB_TEXT("RESUMED\\r\\n")
     #define MSG_NOT_FOUND       FB_TEXT("NOT_FOUND\\r\\n")
     #define MSG_DELETED         FB_TEXT("DELETED\\r\\n")
     #define MSG_RELEASED        FB_TEXT("RELEASED\\r\\n")
@@ -174,6 +189,7 @@ cdef extern from *:
     #define MSG_LISTED          FB_TEXT("LISTED")
     #define MSG_RESERVED_BATCH  FB_TEXT("RESERVED_BATCH")
     #define MSG_DELETED_BATCH   FB_TEXT("DELETED_BATCH")
+    #define MSG_FIRED           FB_TEXT("FIRED")
     """
     ctypedef struct Text "fb_text":
         const char *s
@@ -182,6 +198,7 @@ cdef extern from *:
     Text MSG_INTERNAL_ERROR, MSG_UNKNOWN_COMMAND, MSG_NOT_FOUND, MSG_DELETED, MSG_RELEASED
     Text MSG_BURIED, MSG_TOUCHED, MSG_KICKED, MSG_PAUSED, MSG_NOT_IGNORED, MSG_DEADLINE_SOON
     Text MSG_TIMED_OUT, MSG_CRLF, MSG_RESET, MSG_MOVED, MSG_REPRIORITIZED
+    Text MSG_SCHEDULED, MSG_REPLACED, MSG_UNSCHEDULED, MSG_RESUMED, MSG_FIRED
     Text MSG_INSERTED, MSG_WATCHING, MSG_KICKED_N, MSG_RESERVED, MSG_FOUND, MSG_USING, MSG_ADVANCED
     Text MSG_FLUSHED, MSG_LISTED, MSG_RESERVED_BATCH, MSG_DELETED_BATCH
 

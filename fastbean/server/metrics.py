@@ -4,6 +4,7 @@ A scrape reads the engine's state where it lives, between two loop turns
 (http.py serves it); per-tube series exist only for the --metrics-tubes
 tubes holding the most jobs, found in one pass in compiled code.
 """
+import bisect
 import os
 import platform
 
@@ -64,6 +65,59 @@ TUBE_HELP = {
     "pause": "Seconds of the tube's current pause; 0 when not paused.",
     "pause-time-left": "Seconds left in the tube's pause.",
 }
+
+
+# Seconds a schedule's job was made after its occurrence (the timer's delay,
+# a busy loop, an outage's one misfire firing).
+LAG_BOUNDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0, 3600.0)
+
+
+class ScheduleLags:
+    """The lag of every firing since the server started, for /metrics
+    (the engine counts the firings; this keeps their lag)."""
+
+    def __init__(self):
+        self.counts = [0] * (len(LAG_BOUNDS) + 1)
+        self.total = 0.0
+        self.last = {}          # schedule name -> lag of its last firing, seconds
+
+    def add(self, name, lag, manual):
+        if manual:
+            return              # fire-schedule: no occurrence to be late for
+        lag = max(lag, 0.0)
+        self.counts[bisect.bisect_left(LAG_BOUNDS, lag)] += 1
+        self.total += lag
+        self.last[name] = lag
+
+
+def _schedules(out, server):
+    core = server.core
+    info = core.schedule_info()
+    names = ['{schedule="%s"}' % _label(s["name"].decode("latin-1")) for s in info]
+    _metric(out, "fastbean_schedule_fires_total", "counter",
+            "Occurrences each schedule has fired since it was defined (kept across restarts).",
+            [(n, s["fires"]) for n, s in zip(names, info)])
+    _metric(out, "fastbean_schedule_runs_total", "counter",
+            "Extra jobs fire-schedule made of each schedule since it was defined.",
+            [(n, s["runs"]) for n, s in zip(names, info)])
+    _metric(out, "fastbean_schedule_paused", "gauge", "1 while the schedule is paused.",
+            [(n, int(s["paused"])) for n, s in zip(names, info)])
+    _metric(out, "fastbean_schedule_next_fire_timestamp_seconds", "gauge",
+            "When each schedule fires next (Unix time; 0: paused or never).",
+            [(n, (s["next"] or 0) / 1e9) for n, s in zip(names, info)])
+    _metric(out, "fastbean_schedule_last_fire_timestamp_seconds", "gauge",
+            "The occurrence each schedule fired last (Unix time; 0: none yet).",
+            [(n, (s["last"] or 0) / 1e9) for n, s in zip(names, info)])
+    lags = server.schedule_lags
+    _metric(out, "fastbean_schedule_last_lag_seconds", "gauge",
+            "How long after its occurrence the schedule's last job was made (since the server started).",
+            [(n, lags.last[s["name"]]) for n, s in zip(names, info) if s["name"] in lags.last])
+    _metric(out, "fastbean_schedule_misfires_total", "counter",
+            "Occurrences that fell while no node served and were skipped or folded into one firing.",
+            [("", core.sched_misfires)])
+    _histogram(out, "fastbean_schedule_lag_seconds",
+               "How long after its occurrence each schedule's job was made.",
+               LAG_BOUNDS, [("", lags.counts, lags.total)])
 
 
 # -- the exposition --------------------------------------------------------------
@@ -207,6 +261,7 @@ def exposition(server):
     _metric(out, "fastbean_busy_poll_backoffs_total", "counter",
             "Times busy polling paused because the loop's core was shared (--busy-poll).",
             [("", server.busy_poll.backoffs if server.busy_poll is not None else 0)])
+    _schedules(out, server)
     bounds, families = latency_histograms(core)
     _histogram(out, "fastbean_reply_latency_seconds",
                "From the read that carried a command to the write of its reply, per command "

@@ -137,7 +137,7 @@ class RoleFilter:
     # -- reads ----------------------------------------------------------------------
 
     def feed(self, data):
-        items = self._parser.parse(data, self._fits, self._tagged)
+        items = self._parser.parse(data, self._fits, self._tagged, not self._core.strict)
         if self._held is not None:
             self._held.extend(items)
             self._held_bytes += len(data)
@@ -200,6 +200,8 @@ class RoleFilter:
             return self._put_end(item)
         if command == "UNKNOWN_COMMAND" or command == "BAD_FORMAT":
             return self._answer(command.encode() + b"\r\n")
+        if command == "schedule":
+            return self._schedule_line(item)
         if item[1] is not None:
             # an extension's line that cannot be read: the engine answers it
             # as it answers anyone (BAD_FORMAT; UNKNOWN_COMMAND with --strict)
@@ -243,11 +245,23 @@ class RoleFilter:
         self._put = (b"put %d %d %d %d%s\r\n" % (pri, delay, ttr, nbytes, rest), nbytes, allowed)
         return None
 
+    def _schedule_line(self, item):
+        # a schedule line; its body (if a size could be read) comes as a put's
+        nbytes, words = item[2:]
+        if nbytes is None or self._core.strict:
+            # no body follows: the engine answers it as anyone's (BAD_FORMAT, or
+            # UNKNOWN_COMMAND with --strict, which reads the body as commands)
+            self._queue.append(WAIT_ENGINE)
+            return malformed_line("schedule")
+        allowed = self._roles.verdict("schedule", None, self._used, self._watched, None) == ALLOW
+        self._put = (b"schedule %s\r\n" % words, nbytes, allowed)
+        return None
+
     def _put_end(self, item):
         line, nbytes, allowed = self._put
         self._put = None
         if not allowed:
-            return self._refuse("put", self._used)
+            return self._refuse(line.split(b" ", 1)[0].decode(), self._used)
         if item[0] == "skipped":
             return self._answer(b"JOB_TOO_BIG\r\n")
         self._queue.append(WAIT_ENGINE)

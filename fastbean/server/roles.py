@@ -100,10 +100,12 @@ class Roles:
             return ALLOW if self.allows(MONITOR, used) else DENY
         if command == "stats-tube":
             return ALLOW if self.allows(MONITOR, arg) else DENY
-        if command in ("stats", "list-tubes"):
+        if command in ("stats", "list-tubes", "list-schedules"):
             return ALLOW if self.sees_server() else DENY
         # kick, kick-job, pause-tube, flush-tube, flush-buried, fastbean-stats,
         # retry-limit that sets; delete-batch, whose ids would each need their
         # tube judged; move-job, which touches two tubes (the job's and the
-        # one named), and reprioritize-job, on jobs any worker may hold: admin only
+        # one named), and reprioritize-job, on jobs any worker may hold;
+        # schedule, unschedule, fire-schedule, pause-schedule and
+        # resume-schedule: admin only
         return DENY

@@ -28,6 +28,7 @@ from fastbean.server.authgate import AuthConnProtocol, TracingAuthConnProtocol
 from fastbean.server.busypoll import BusyPoll
 from fastbean.server.http import Endpoint
 from fastbean.server.limits import Connections, MemoryCap
+from fastbean.server.metrics import ScheduleLags
 from fastbean.server.protocol import (
     ConnProtocol,
     Refused,
@@ -98,6 +99,7 @@ class Server:
         self._stopped: Optional[asyncio.Future] = None     # set when a shutdown has finished
         self._exit_status = 0
         self._periodic = []         # timer handles of _check and _watchdog
+        self.schedule_lags = ScheduleLags()   # the lag of each schedule's firings (/metrics)
 
     def _new_core(self):
         config = self.config
@@ -123,6 +125,7 @@ class Server:
             dead_letter_tube=config.dead_letter_tube.encode() if config.dead_letter_tube else None,
             drop_others=self.connections.drop_others if config.testing else None,
             lease_over=self.replicator.lease_over if self.replicator is not None else None,
+            on_fire=self._on_fire,
         )
         if self.busy_poll is not None:
             self.busy_poll.attach(self.core)
@@ -136,6 +139,17 @@ class Server:
         if self.replicator is not None:
             lines += self.replicator.stats()
         return lines
+
+    def _on_fire(self, fired):
+        # a schedule made a job: a log event and its lag for /metrics
+        name, tube, jid, occurrence, lag_ns, manual = fired
+        self.schedule_lags.add(name, lag_ns / 1e9, manual)
+        event(logging.INFO, "schedule-fired",
+              "schedule %(schedule)s put job %(id)d in %(tube)s" + (
+                  " (fire-schedule)" if manual else " for %(occurrence)s, %(lag).3f s after it"),
+              schedule=name.decode("latin-1"), tube=tube.decode("latin-1"), id=jid,
+              occurrence=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(occurrence // 1000000000)),
+              lag=round(lag_ns / 1e9, 6), manual=manual)
 
     # -- serving, and not ----------------------------------------------------------
 

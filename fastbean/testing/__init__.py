@@ -363,8 +363,9 @@ class Server:
 
 class Clock:
     """The server's clock, which a server started with testing=True lets tests
-    move forward: delays, TTRs, DEADLINE_SOON, pauses, reserve timeouts and
-    job ages follow it. reset() sets it back to real time."""
+    move forward: delays, TTRs, DEADLINE_SOON, pauses, reserve timeouts,
+    job ages and schedules (each occurrence passed fires, in order) follow
+    it. reset() sets it back to real time."""
 
     def __init__(self, server: Server) -> None:
         self._server = server
