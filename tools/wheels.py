@@ -171,7 +171,9 @@ def build_sdist(out):
     with tarfile.open(sdist) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
     package = [n for n in names if not n.startswith(NOT_PACKAGE)]
-    generated = [n for n in package if n.endswith((".c", ".so", ".html"))]
+    # Cython's C and its annotated .html; the console's templates are sources
+    generated = [n for n in package if n.endswith((".c", ".so"))
+                 or (n.endswith(".html") and not n.startswith("fastbean/console/templates/"))]
     assert not generated, "generated files in the sdist: %s" % generated
     modules = sorted(n[:-len(".pyx")].replace("/", ".") for n in package if n.endswith(".pyx"))
     assert modules, "no .pyx in the sdist"
