@@ -44,6 +44,18 @@ def owner(tube: str | bytes, keys: Sequence[str]) -> int:
     return best
 
 
+
+def _nodes_and_keys(nodes: Sequence[Node]) -> tuple[list[list[Address]], list[str]]:
+    """Each node's addresses and its key for owner(): ValueError for no node,
+    or one listed twice (its tubes could not be told apart)."""
+    if not nodes:
+        raise ValueError("a pool needs at least one node")
+    addresses = [addresses_of(n) for n in nodes]
+    keys = [node_key(n) for n in addresses]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a node is listed twice")
+    return addresses, keys
+
 class PoolJob(NamedTuple):
     """A job handed out by a Pool: its id and body, and the node it lives on
     (an id means something only there)."""
@@ -64,12 +76,7 @@ class Pool:
     def __init__(self, nodes: Sequence[Node], timeout: float | None = TIMEOUT, *,
                  tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
                  token: str | bytes | None = None, reconnect: Backoff | bool | None = True) -> None:
-        if not nodes:
-            raise ValueError("a pool needs at least one node")
-        self.nodes = [addresses_of(n) for n in nodes]
-        self.keys = [node_key(n) for n in self.nodes]
-        if len(set(self.keys)) != len(self.keys):
-            raise ValueError("a node is listed twice")
+        self.nodes, self.keys = _nodes_and_keys(nodes)
         self._options = dict(timeout=timeout, tls=tls, server_hostname=server_hostname, token=token,
                              reconnect=reconnect)
         self._clients: Dict[int, Client] = {}
@@ -219,10 +226,7 @@ class AsyncPool:
     def __init__(self, nodes: Sequence[Node], timeout: float | None = TIMEOUT, *,
                  tls: ssl.SSLContext | None = None, server_hostname: str | None = None,
                  token: str | bytes | None = None, reconnect: Backoff | bool | None = True) -> None:
-        if not nodes:
-            raise ValueError("a pool needs at least one node")
-        self.nodes = [addresses_of(n) for n in nodes]
-        self.keys = [node_key(n) for n in self.nodes]
+        self.nodes, self.keys = _nodes_and_keys(nodes)
         self._clients = [AsyncClient(n, timeout, tls=tls, server_hostname=server_hostname, token=token,
                                      reconnect=reconnect) for n in self.nodes]
 
