@@ -82,8 +82,9 @@ def server_page():
     out += [".SH EXIT STATUS"]
     for status, meaning in EXIT_STATUSES:
         out += _item("\\fB%s\\fR" % status, meaning)
-    out += [".SH SEE ALSO", "\\fBfastbean\\-ctl\\fR(1), \\fBbeanstalkd\\fR(1); docs/ in the source "
-            "distribution, starting at docs/index.md (every flag: docs/configuration.md)."]
+    out += [".SH SEE ALSO", "\\fBfastbean\\-ctl\\fR(1), \\fBbeanstalkd\\fR(1); the docs installed with "
+            "the package, share/doc/fastbean/index.md under its prefix (every flag: configuration.md), "
+            "as \\fBfastbean \\-\\-help\\fR says."]
     return "\n".join(out) + "\n"
 
 
@@ -127,7 +128,8 @@ def ctl_page(parser=None):
     for status, meaning in exit_statuses(parser.epilog):
         out += _item("\\fB%s\\fR" % status, meaning)
     out += [".SH NOTES", roff(parser.epilog.split("\n\n")[0]),
-            ".SH SEE ALSO", "\\fBfastbean\\fR(1); docs/fastbean\\-ctl.md in the source distribution."]
+            ".SH SEE ALSO", "\\fBfastbean\\fR(1); fastbean\\-ctl.md in the docs installed with the "
+            "package (share/doc/fastbean under its prefix)."]
     return "\n".join(out) + "\n"
 
 

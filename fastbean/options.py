@@ -421,10 +421,21 @@ def usage_text(options=OPTIONS):
                 head = ""
             out.append(head.ljust(column - 1) + " " + lines[0])
             out += [" " * column + line for line in lines[1:]]
-    out += ["", "Documentation: man fastbean (installed with the package), and docs/ in fastbean's",
-            "source tree or sdist, starting at docs/index.md; every flag and exit status:",
-            "docs/configuration.md.", ""]
+    out += ["", "Documentation: man fastbean, and %s/index.md (every flag and exit" % docs_dir(),
+            "status: configuration.md).", ""]
     return "\n".join(out)
+
+
+def docs_dir():
+    """Where the docs are: installed with the package (share/doc/fastbean
+    under its prefix), or, in a source tree, its docs/."""
+    import os
+    import sys
+    installed = os.path.join(sys.prefix, "share", "doc", "fastbean")
+    if os.path.isfile(os.path.join(installed, "index.md")):
+        return installed
+    tree = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+    return tree if os.path.isfile(os.path.join(tree, "index.md")) else "docs/ in fastbean's sdist"
 
 
 USAGE = usage_text()

@@ -64,6 +64,11 @@ def test_install_with_the_distributions_python_and_verify_the_unit(sdist, tmp_pa
     (dist_info,) = venv.glob("lib/python3*/site-packages/fastbean-*.dist-info")
     assert (dist_info / "licenses" / "LICENSE").read_text().startswith("MIT License")
     assert "License-Expression: MIT" in (dist_info / "METADATA").read_text()
+    # --help names the docs installed with the package, which are there
+    helped = subprocess.run([str(fastbean), "--help"], capture_output=True, text=True, env=env)
+    assert "%s/share/doc/fastbean/index.md" % venv in helped.stdout, helped.stdout[-300:]
+    for page in ("index.md", "configuration.md", "operations/metrics.md", "console/overview-desktop-light.png"):
+        assert (venv / "share" / "doc" / "fastbean" / page).is_file(), page
     # man finds the pages from the bin/ on PATH
     for page in ("fastbean", "fastbean-ctl"):
         found = subprocess.run(["man", "-w", page], capture_output=True, text=True,
