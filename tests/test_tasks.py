@@ -78,7 +78,7 @@ def lines(path):
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_tasks_end_to_end(app, node, tmp_path):
+def test_tasks_end_to_end(app, node, tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert app.app.tubes == ["mail", "reports"]
     assert app.send_email.name == "taskapp.send_email" and app.send_email.tube == "mail"
@@ -101,8 +101,8 @@ def test_tasks_end_to_end(app, node, tmp_path):
     broken = app.broken.delay()
     tallied = app.tally.delay(7)
 
-    env = {"PYTHONPATH": ROOT}
-    os.environ.update(env)
+    # the worker imports the app's module from here; only for this test
+    monkeypatch.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     w = WorkerProcess(tmp_path, "taskapp:app", node, "-c", "4", "--backoff-base", "0")
     # the app's own address: no -l or -p needed (WorkerProcess gives -p, the same port)
     try:
