@@ -470,6 +470,26 @@ def test_a_new_search_ends_the_old_one(node):
     c.close()
 
 
+def test_a_pathological_regular_expression_never_holds_the_loop(node):
+    # (x+x+)+y on 20 kB of x backtracks for ages: the match runs in the
+    # console's thread, so the node answers while the search is still on it.
+    c = node.client()
+    c.use("rx-hay")
+    for _ in range(3):
+        c.put(b"x" * 20000)
+    http = node.http()
+    query = "q=re:(x%2Bx%2B)%2By&tube=rx-hay"
+    assert http.get("/search?" + query).status == 200
+    for _ in range(50):
+        assert c.stats_tube("rx-hay")["current-jobs-ready"] == 3
+    s = http.get("/search.json?" + query).json()
+    assert s["state"] == "running" and s["rows"] == [], s
+    http.post("/search/cancel", {"back": "/search?" + query})
+    assert http.get("/search.json?" + query).json()["state"] == "cancelled"
+    c.cmd(b"flush-tube rx-hay")
+    c.close()
+
+
 def test_search_runs_in_slices_and_keeps_its_bounds():
     """A search over an engine that never finishes: it yields to the loop
     between slices, ends on its budget, and a cancel ends it at once."""
@@ -510,6 +530,29 @@ def test_search_runs_in_slices_and_keeps_its_bounds():
         return ticks
 
     assert asyncio.run(run()) == 20
+
+    class Bodies(Endless):
+        def step(self, budget):
+            self.scanned += 1
+            return [(self.scanned, b"x" * 20000)]
+
+    class BodyReader(Reader):
+        def scan(self, **kwargs):
+            return Bodies()
+
+    async def out_of_time():
+        # the 30 s budget is the match's timeout: a match that never ends ends the search
+        old, search.BUDGET = search.BUDGET, 0.3
+        try:
+            found = search.Search(BodyReader(), lambda tube: True, "re:(x+x+)+y").start(
+                asyncio.get_running_loop())
+            await asyncio.wait_for(found.task, 10)
+        finally:
+            search.BUDGET = old
+        return found
+
+    found = asyncio.run(out_of_time())
+    assert found.state == "budget" and found.matches == [] and found.scanned == 0
     with pytest.raises(search.BadQuery):
         search.Search(Reader(), None, "re:(")
     with pytest.raises(search.BadQuery):
@@ -542,7 +585,7 @@ def test_dead_letters_requeue_to_their_tube(node):
 
 def test_a_node_without_the_console_loads_neither_library():
     code = ("import sys; import fastbean.cli, fastbean.server.server; "
-            "print(sorted(m for m in ('aiohttp', 'jinja2', 'fastbean.console') if m in sys.modules))")
+            "print(sorted(m for m in ('aiohttp', 'jinja2', 'regex', 'fastbean.console') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "[]", p.stderr
 

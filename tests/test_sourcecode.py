@@ -339,7 +339,8 @@ MAY_IMPORT = {
 }
 # third-party packages only one part may import
 ONLY_IN = {"nats": {"replication/link.py"}, "uvloop": {"server/server.py", "worker.py"},
-           "aiohttp": {"console/app.py", "console/pages.py"}, "jinja2": {"console/app.py"}}
+           "aiohttp": {"console/app.py", "console/pages.py"}, "jinja2": {"console/app.py"},
+           "regex": {"console/search.py"}}
 
 
 def part_of(path):

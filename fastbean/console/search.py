@@ -1,10 +1,18 @@
 """Search: a job by id, or jobs by a substring or a regular expression of
 their bodies, in some states and tubes. Bounded by a number of matches and
 a time budget, run in slices with a loop turn between them, one at a time
-per session, and cancellable (a new search ends the old one)."""
+per session, and cancellable (a new search ends the old one).
+
+A substring is matched in the engine, a slice at a time. A regular
+expression can take any time on one body (a(.*)*b on a long one), so the
+loop only copies a slice's bodies out, and the `regex` module matches them
+in a thread of its own with the GIL released: the loop never waits on a
+match, and the search's time budget is the match's timeout."""
 import asyncio
-import re
 import time
+from concurrent.futures import ThreadPoolExecutor
+
+import regex as regex_module
 
 from fastbean.console.engine import STATES
 
@@ -14,8 +22,19 @@ BUDGET = 30.0               # seconds a search may run
 MAX_QUERY = 1000            # characters of a query
 SLICE = 16384               # jobs of the first slice (a substring is matched in the engine)
 REGEX_SLICE = 1024          # bodies of the first slice when Python matches a regular expression
-SLICE_TIME = 0.002          # seconds a slice should take: big bodies make slices of fewer jobs
-MIN_SLICE, MAX_SLICE = 16, 65536
+SLICE_TIME = 0.001          # seconds a slice should take: big bodies make slices of fewer jobs
+MIN_SLICE, MAX_SLICE = 16, 32768
+
+# One thread matches regular expressions for every session's searches: a
+# search costs at most one core, whatever the number of people searching.
+_matcher = None
+
+
+def _matching_thread():
+    global _matcher
+    if _matcher is None:
+        _matcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="console-search")
+    return _matcher
 
 
 class BadQuery(ValueError):
@@ -40,8 +59,8 @@ class Search:
         self.regex = None
         if regex:
             try:
-                self.regex = re.compile(text.encode("utf-8", "surrogateescape"))
-            except re.error as e:
+                self.regex = regex_module.compile(text.encode("utf-8", "surrogateescape"))
+            except regex_module.error as e:
                 raise BadQuery("not a regular expression: %s" % e) from None
         self.limit = limit
         self.key = (text, tube, self.states, regex, limit)
@@ -111,22 +130,20 @@ class Search:
         while self.running:
             began = time.perf_counter()
             found = scan.step(budget)
+            spent = time.perf_counter() - began
+            if regex is not None:
+                found = await self._matching(regex, found, deadline)
+                if found is None:
+                    return
             self.scanned, self.total = scan.scanned, scan.total
-            for item in found:
-                if regex is not None:
-                    job_id, body = item
-                    if regex.search(body) is None:
-                        continue
-                else:
-                    job_id = item
+            for job_id in found:
                 if job_id != first:
                     self._found(job_id)
                 if not self.running:
                     return
             if scan.done:
                 return
-            # the next slice's size from this one's time: bodies differ in size
-            spent = time.perf_counter() - began
+            # the next slice's size from this one's time on the loop: bodies differ in size
             if spent > 2 * SLICE_TIME:
                 budget = max(budget // 2, MIN_SLICE)
             elif spent < SLICE_TIME / 2:
@@ -135,3 +152,23 @@ class Search:
                 self._end("budget")
                 return
             await asyncio.sleep(0)
+
+    async def _matching(self, regex, found, deadline):
+        """The ids of found's (id, body) pairs whose body regex matches,
+        matched off the loop; None once the search has ended (cancelled,
+        or out of time in the middle of a body)."""
+        def match():
+            hits = []
+            for job_id, body in found:
+                if not self.running:
+                    break
+                if regex.search(body, concurrent=True, timeout=max(deadline - time.monotonic(), 0.001)):
+                    hits.append(job_id)
+            return hits
+
+        try:
+            hits = await asyncio.get_running_loop().run_in_executor(_matching_thread(), match)
+        except TimeoutError:
+            self._end("budget")
+            return None
+        return hits if self.running else None
