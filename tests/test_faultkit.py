@@ -76,6 +76,75 @@ def test_disk_shim_fails_syncs_and_writes_and_zeroes_unsynced_bytes(tmp_path):
     assert events[0]["bytes"] == 100 and events[0]["path"] == str(target)
 
 
+INFLIGHT = r"""
+import os, sys, threading
+path, trigger = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+ro = os.open(path, os.O_RDONLY)
+FDATASYNC = "75 "                           # x86-64's syscall number, in /proc/.../syscall
+
+
+def syncing(t):
+    with open("/proc/self/task/%d/syscall" % t.native_id) as f:
+        return f.read().startswith(FDATASYNC)
+
+
+size = 32 << 20
+while size <= 1 << 30:
+    os.pwrite(fd, b"r" * size, 0)
+    out = {}
+
+    def run():
+        try:
+            os.fdatasync(fd)
+            out["a"] = "ok"
+        except OSError as e:
+            out["a"] = e.strerror
+    a = threading.Thread(target=run)
+    a.start()
+    while a.native_id is None or (a.is_alive() and not syncing(a)):
+        pass
+    if a.is_alive():
+        with open(trigger + ".tmp", "w") as f:
+            f.write("1\n")
+        os.rename(trigger + ".tmp", trigger)
+        try:
+            os.fdatasync(ro)
+            b = "ok"
+        except OSError as e:
+            b = e.strerror
+        overlapped = a.is_alive() and syncing(a)
+        a.join()
+        if overlapped:
+            print(size, b, out["a"], sep="|", flush=True)
+            break
+    a.join()
+    size *= 2
+else:
+    print("no overlap", flush=True)
+"""
+
+
+def test_a_sync_in_flight_when_its_bytes_fail_fails_too(tmp_path):
+    # Two fdatasyncs of one file at once (the binlog's two sync threads): when
+    # the second fails and the shim zeroes the unsynced bytes, the first,
+    # still writing those bytes back, must fail as well. Linux reports a
+    # failed writeback to every fsync that waited on it; a shim that let the
+    # first succeed would make the server acknowledge what it then zeroes.
+    data = tmp_path / "data"
+    data.mkdir()
+    disk = DiskFaults(tmp_path, data)
+    target = data / "f"
+    p = subprocess.run([sys.executable, "-c", INFLIGHT, str(target), disk.sync_trigger], env=disk.env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    size, second, first = p.stdout.strip().split("|")
+    assert (second, first) == ("Input/output error", "Input/output error"), p.stdout
+    assert [e["what"] for e in disk.events()] == ["sync-eio"]
+    with open(target, "rb") as f:
+        assert f.read(65536) == b"\0" * 65536      # the first sync's bytes were zeroed
+
+
 @pytest.fixture
 def cluster(tmp_path):
     c = NatsCluster(tmp_path / "nats")

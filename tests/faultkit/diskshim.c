@@ -12,6 +12,12 @@
  * survive: the shim overwrites them with zeros (a real pwrite through a file
  * of its own), and forgets them (the pages are clean now).
  *
+ * A sync of the same file that was in flight when the fault was injected
+ * fails with EIO too, without a log line of its own: the bytes it was
+ * writing back are among the zeroed ones, and Linux reports a failed
+ * writeback to every file description whose fsync waited on it (errseq).
+ * Without that, the shim would report durable what it has just zeroed.
+ *
  * While the file named by $FAULTKIT_WRITE_TRIGGER exists, the next pwrite or
  * write to such a file fails with EIO, writes nothing, and consumes it.
  *
@@ -62,6 +68,7 @@ struct file {
     dev_t dev; ino_t ino;
     char path[4096];            /* where it was last written, for a power loss */
     uint64_t epoch;             /* bumped by each sync as it starts */
+    uint64_t failures;          /* EIO faults injected so far */
     struct range *r; size_t n, cap;
 };
 #define MAXFILES 256
@@ -280,18 +287,27 @@ static int do_sync(int fd, sync_fn fn)
     if (err) {
         size_t ranges = f->n;
         long long bytes = err == EIO ? drop_unsynced(f, path) : 0;
+        if (err == EIO)
+            f->failures++;
         logline(err == EIO ? "sync-eio" : "sync-shortage", fd, path, bytes, ranges);
         pthread_mutex_unlock(&mu);
         errno = err;
         return -1;
     }
     uint64_t started = f ? ++f->epoch : 0;     /* writes from now on are not covered */
+    uint64_t failures = f ? f->failures : 0;
     pthread_mutex_unlock(&mu);
     int rc = fn(fd);
     int saved = errno;
     if (rc == 0 && started) {
         pthread_mutex_lock(&mu);
         f = file_of(fd);        /* the table may have moved meanwhile */
+        if (f && f->failures != failures) {
+            /* a fault zeroed what this sync was writing back: it failed too */
+            pthread_mutex_unlock(&mu);
+            errno = EIO;
+            return -1;
+        }
         if (f) {
             size_t k = 0;
             for (size_t i = 0; i < f->n; i++)
