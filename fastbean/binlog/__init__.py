@@ -32,7 +32,7 @@ import logging
 import os
 import time
 
-from fastbean.binlog.durability import Durability, exhausted, say_exhausted
+from fastbean.binlog.durability import Durability, Failure, exhausted, say_exhausted
 from fastbean.binlog.files import Directory
 from fastbean.binlog.fileset import FileSet
 from fastbean.config import DEFAULT_FSYNC_MS, EXHAUSTED_RETRY
@@ -60,7 +60,8 @@ class Binlog:
         self.fsync_ms = fsync_ms
         self.on_failure = on_failure
         self.replayed = None        # (files, jobs, seconds, bytes dropped) once open
-        self._errors = 0            # failed writes and fsyncs so far
+        self._failure = Failure(loop, on_failure, "no more records are written")
+        self._file_errors = 0       # files the disk would not give, before the last rebuild
         self._reset()
 
     def _reset(self):
@@ -68,7 +69,7 @@ class Binlog:
         self._stalled = None        # records a write short of memory left: [(file, data), ...]
         self._stall_timer = None
         self._short = False         # the shortage is said (once, until writes go through again)
-        self.failed = None          # what failed for good (write, fsync, finish): nothing more is written
+        self._failure.clear()
         self.fileset = FileSet(self.dir, self.max_size,
                               zero_fill=self.fsync and self.fsync_ms == 0 and self.loop is not None)
         self._turn = TurnCommit(self.loop, self.commit)
@@ -81,13 +82,19 @@ class Binlog:
         return self.dir.path
 
     @property
+    def failed(self):
+        """What failed for good (write, fsync, finish...): nothing more is
+        written until the files are rebuilt. None while all is well."""
+        return self._failure.op
+
+    @property
     def failing(self):
         """The disk refuses new files, or a write or fsync failed (not yet rebuilt)."""
         return self.failed is not None or self.fileset.failing
 
     @property
     def errors(self):
-        return self._errors + self.fileset.errors
+        return self._failure.count + self._file_errors + self.fileset.errors
 
     # -- start-up ---------------------------------------------------------------
 
@@ -120,7 +127,7 @@ class Binlog:
     def reopen(self, core):
         """Replay the repaired files into core (a new engine), as a restart
         would, and go on writing after them; yields as opening() does."""
-        self._errors += self.fileset.errors
+        self._file_errors += self.fileset.errors
         self._reset()
         yield from self._replay(core)
 
@@ -281,15 +288,8 @@ class Binlog:
         # Records past the last good fsync may not be on disk, and the
         # engine holds them: write nothing more, and have the server stop
         # serving from it and rebuild() (once).
-        if self.failed is not None:
-            return
-        self.failed = op
-        self._errors += 1
-        self._turn.cancel()
-        event(logging.ERROR, "binlog-error", text + "; no more records are written",
-              op=op, **fields)
-        if self.on_failure is not None and self.loop is not None:
-            self.loop.call_soon(self.on_failure, op)
+        if self._failure.happen(op, text, **fields):
+            self._turn.cancel()
 
     # -- reclaiming -----------------------------------------------------------
 
@@ -335,9 +335,7 @@ class Binlog:
         if f is None:
             return
         try:
-            os.ftruncate(f.fd, f.used)
-            if self.fsync:
-                os.fsync(f.fd)
+            f.seal(self.fsync)
         except OSError as e:
             self._fail("close", "closing binlog.%(file)d: %(error)s", file=f.seq, error=e.strerror)
             return

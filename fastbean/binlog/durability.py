@@ -51,6 +51,37 @@ def say_exhausted(what, err) -> None:
           what=what, error=os.strerror(err), retry=EXHAUSTED_RETRY)
 
 
+class Failure:
+    """A write, fsync or file operation that failed for good, said once.
+    Records past the last good fsync may not be on disk, so nothing more is
+    written (the owner checks `op`), and on_failure(op) is called from a
+    loop callback for the server to stop serving from what the disk may not
+    hold. `then` says, in the event, what follows."""
+
+    def __init__(self, loop, on_failure, then: str):
+        self.loop = loop
+        self.on_failure = on_failure
+        self.then = then
+        self.op: Optional[str] = None   # what failed, until clear()
+        self.count = 0                  # failures so far, cleared or not
+
+    def happen(self, op: str, text: str, **fields) -> bool:
+        """op failed (text, a %-format of fields, says how). False when
+        something failed already: only the first is said and acted on."""
+        if self.op is not None:
+            return False
+        self.op = op
+        self.count += 1
+        event(logging.ERROR, "binlog-error", text + "; " + self.then, op=op, **fields)
+        if self.on_failure is not None and self.loop is not None:
+            self.loop.call_soon(self.on_failure, op)
+        return True
+
+    def clear(self) -> None:
+        """The files were rebuilt: writing goes on."""
+        self.op = None
+
+
 class Durability:
     def __init__(self, loop, fsync: bool, fsync_ms: int, on_durable, on_error):
         """on_durable(seq): records up to seq are as durable as the policy

@@ -37,6 +37,37 @@ class File:
     def __init__(self, seq, fd, fill_fd, cap, used):
         self.seq, self.fd, self.fill_fd, self.cap, self.used = seq, fd, fill_fd, cap, used
 
+    def append(self, data) -> None:
+        """data after the records. Raises OSError: the space was
+        preallocated, so a failure is the device's."""
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.pwrite(self.fd, view, self.used)
+            except InterruptedError:
+                continue
+            self.used += n
+            view = view[n:]
+
+    def finish(self, sync) -> None:
+        """No more records: the unused preallocation is cut, and sync(fd) has
+        the file synced (its last records get no other fsync), taking the
+        descriptor over when it returns True. Closed either way; raises
+        OSError."""
+        try:
+            os.ftruncate(self.fd, self.used)
+            if sync(self.fd):
+                self.fd = -1            # the sync thread's now: it closes it once synced
+        finally:
+            self.close()
+
+    def seal(self, fsync: bool) -> None:
+        """A clean stop: the file is cut to its records, and synced if fsync.
+        Raises OSError; the file stays open."""
+        os.ftruncate(self.fd, self.used)
+        if fsync:
+            os.fsync(self.fd)
+
     def close(self) -> None:
         for fd in (self.fd, self.fill_fd):
             if fd >= 0:

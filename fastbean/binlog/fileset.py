@@ -176,34 +176,30 @@ class FileSet:
         return f
 
     def finish(self, sync):
-        """The current file stops being current: its unused preallocation is cut
-        and sync(fd) has it synced (its last records get no other fsync),
-        taking its descriptor over. Raises OSError; the file counts as an
-        older one either way."""
+        """The current file stops being current: File.finish(sync). Raises
+        OSError; the file counts as an older one either way."""
         f, self.cur = self.cur, None
         try:
-            os.ftruncate(f.fd, f.used)
-            if sync(f.fd):
-                f.fd = -1               # the sync thread's now: it closes it once synced
+            f.finish(sync)
         finally:
-            f.close()
             self.sizes[f.seq] = f.used
             self.closed_bytes += f.used
 
     def write(self, data):
         """Append records to the current file. Raises OSError (the space was
         preallocated, so that is a device error)."""
-        f = self.cur
         if self._filler is not None:
-            self._filler.claim(f.used + len(data))
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.pwrite(f.fd, view, f.used)
-            except InterruptedError:
-                continue
-            f.used += n
-            view = view[n:]
+            self._filler.claim(self.cur.used + len(data))
+        self.cur.append(data)
+
+    def part(self, seq, cap):
+        """binlog.<seq>, of cap bytes (whole blocks), made now and current at
+        once: a file whose number the caller gives (a replication stream's
+        part), not one made ahead. Raises OSError."""
+        f = self.dir.make(seq, blocks(max(cap, 1)), fill=False)
+        self.next_seq = max(self.next_seq, seq + 1)
+        self.cur = f
+        return f
 
     def collect(self, core):
         """Files the engine no longer needs: they stop counting for compaction
@@ -216,8 +212,15 @@ class FileSet:
         return gone
 
     def remove(self, seqs):
+        """Files collect() gave: they leave the disk."""
         for seq in seqs:
             self.leaving_bytes -= self.sizes.pop(seq, 0)
+        self.dir.remove(seqs)
+
+    def drop(self, seqs):
+        """Older files no one needs any more: gone from the count and the disk at once."""
+        for seq in seqs:
+            self.closed_bytes -= self.sizes.pop(seq, 0)
         self.dir.remove(seqs)
 
     def close_spares(self):
