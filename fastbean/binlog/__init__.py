@@ -32,7 +32,7 @@ import logging
 import os
 import time
 
-from fastbean.binlog.durability import Durability, Failure, exhausted, say_exhausted
+from fastbean.binlog.durability import Durability, Failure, Stall, exhausted, say_exhausted
 from fastbean.binlog.files import Directory
 from fastbean.binlog.fileset import FileSet
 from fastbean.config import DEFAULT_FSYNC_MS, EXHAUSTED_RETRY
@@ -44,6 +44,24 @@ from fastbean.wal import MIGRATE_BATCH, Reclaim, TurnCommit, compaction_due
 # A cut-back short of descriptors waits for one this many times EXHAUSTED_RETRY
 # (it runs off the loop while the server rebuilds) before the server gives up.
 CUT_BACK_TRIES = 100
+
+
+def cut_back(directory, seq, end, marker):
+    """Directory.cut_back, waiting for a descriptor when the process is out
+    of them (a flood of connections, not the disk); it runs off the loop
+    while the server rebuilds. The files removed; raises BinlogError."""
+    tries = 1
+    while True:
+        try:
+            return directory.cut_back(seq, end, marker)
+        except OSError as e:
+            if not exhausted(e.errno) or tries == CUT_BACK_TRIES:
+                raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
+                                  % (seq, end, e.strerror)) from None
+            if tries == 1:
+                say_exhausted("cutting binlog.%d back" % seq, e.errno)
+            tries += 1
+            time.sleep(EXHAUSTED_RETRY)
 
 
 class Binlog:
@@ -66,9 +84,7 @@ class Binlog:
 
     def _reset(self):
         self.core = None
-        self._stalled = None        # records a write short of memory left: [(file, data), ...]
-        self._stall_timer = None
-        self._short = False         # the shortage is said (once, until writes go through again)
+        self._stall = Stall(self.loop, self._retry_stalled)
         self._failure.clear()
         self.fileset = FileSet(self.dir, self.max_size,
                               zero_fill=self.fsync and self.fsync_ms == 0 and self.loop is not None)
@@ -115,7 +131,7 @@ class Binlog:
         """After on_failure, on the loop's thread: hear nothing more from the
         sync threads. repair() and reopen() follow."""
         self._turn.cancel()
-        self._cancel_stall()
+        self._stall.cancel()
         self._durability.detach()
 
     def repair(self):
@@ -134,26 +150,15 @@ class Binlog:
     def _cut_back(self):
         # Records past the last good fsync may not be on disk (for -F: past
         # the last whole commit), but the page cache would still show them to
-        # a replay: the files end there, on disk too.
+        # a replay: the files end there, on disk too. ids go on after every
+        # id handed out, even one whose record the cut takes back (-f MS): no
+        # id is acknowledged twice. The marker names the next id, one no job
+        # can have: a marker is a delete record to replay, and the newest job
+        # may well be on disk.
         self._durability.stop()
         self.fileset.abandon()
         seq, end = self._durability.good
-        for attempt in range(CUT_BACK_TRIES):
-            try:
-                # ids go on after every id handed out, even one whose record the
-                # cut takes back (-f MS): no id is acknowledged twice. The marker
-                # names the next id, one no job can have: a marker is a delete
-                # record to replay, and the newest job may well be on disk.
-                removed = self.dir.cut_back(seq, end, id_marker(self.core.max_id + 1))
-                break
-            except OSError as e:
-                if not exhausted(e.errno) or attempt + 1 == CUT_BACK_TRIES:
-                    raise BinlogError("cannot cut binlog.%d back to its %d bytes on disk: %s"
-                                      % (seq, end, e.strerror)) from None
-                # out of descriptors (a flood of connections), not the disk: wait for one
-                if attempt == 0:
-                    say_exhausted("cutting binlog.%d back" % seq, e.errno)
-                time.sleep(EXHAUSTED_RETRY)
+        removed = cut_back(self.dir, seq, end, id_marker(self.core.max_id + 1))
         event(logging.WARNING, "binlog-cut-back", "binlog.%(file)d cut back to " + counted(end, "byte")
               + ", what is known to be on disk; " + counted(len(removed), "later file") + " removed",
               file=seq, bytes=end, removed=len(removed))
@@ -214,24 +219,12 @@ class Binlog:
     def _take(self):
         # The engine's new records, after those a write short of memory left
         segments, seq = self.core.take_wal()
-        if self._stalled is not None:
-            segments = self._stalled + list(segments)
-            self._stalled = None
-            self._cancel_stall()
-        return segments, seq
-
-    def _cancel_stall(self):
-        if self._stall_timer is not None:
-            self._stall_timer.cancel()
-            self._stall_timer = None
+        return self._stall.take(segments), seq
 
     def _retry_stalled(self):
-        self._stall_timer = None
-        if self._stalled is not None:
-            self.commit()
-            if self._stalled is None and self.failed is None and self._short:
-                self._short = False
-                event(logging.WARNING, "binlog-resumed", "binlog writes go through again")
+        self.commit()
+        if self.failed is None:
+            self._stall.resumed()
 
     def _write_segments(self, segments, seq):
         # Each segment to its file, moving on to the next file where the
@@ -262,12 +255,9 @@ class Binlog:
                                    file=file_seq, error=e.strerror)
                         return
                     # nothing lost: the rest is written on a retry, before anything later
-                    if not self._short:
-                        self._short = True
-                        say_exhausted("a write to binlog.%d" % file_seq, e.errno)
                     rest = memoryview(data)[files.cur.used - start:]
-                    self._stalled = [(file_seq, bytes(rest))] + list(segments[i + 1:])
-                    self._stall_timer = self.loop.call_later(EXHAUSTED_RETRY, self._retry_stalled)
+                    self._stall.hold([(file_seq, bytes(rest))] + list(segments[i + 1:]), e.errno,
+                                     "a write to binlog.%d" % file_seq)
                     return
         self._durability.written(seq, (files.cur.seq, files.cur.used))
 
@@ -311,12 +301,12 @@ class Binlog:
         spare left. After a failure the files are cut back to what is on disk
         instead, so that the next start replays nothing the disk may not hold."""
         self._turn.cancel()
-        self._cancel_stall()
+        self._stall.cancel()
         if self.failed is None and self.fileset.cur is not None:
             self._write_segments(*self._take())
-            if self._stalled is not None:
+            if self._stall.segments is not None:
                 self._fail("write", "binlog write to binlog.%(file)d failed at shutdown: short of "
-                           "memory", file=self._stalled[0][0])
+                           "memory", file=self._stall.segments[0][0])
         if self.failed is None and self._durability.stop():
             self._sync_failed(self._durability.last_error)
         if self.failed is None:

@@ -51,6 +51,52 @@ def say_exhausted(what, err) -> None:
           what=what, error=os.strerror(err), retry=EXHAUSTED_RETRY)
 
 
+class Stall:
+    """Records a write left unwritten for want of memory (no disk fault,
+    nothing lost): they are written, in order before any later ones, when
+    retry() runs EXHAUSTED_RETRY seconds later; the replies waiting on them
+    wait meanwhile. The shortage is said once, until writes go through."""
+
+    def __init__(self, loop, retry):
+        self.loop = loop
+        self.retry = retry
+        self.segments = None        # [(file, data), ...] held back, oldest first
+        self._timer = None
+        self._said = False
+
+    def hold(self, segments, err: int, what: str) -> None:
+        """segments could not be written (what failed, errno err)."""
+        if not self._said:
+            self._said = True
+            say_exhausted(what, err)
+        self.segments = segments
+        self._timer = self.loop.call_later(EXHAUSTED_RETRY, self._retry)
+
+    def take(self, segments):
+        """The held records, then segments: all to be written now."""
+        if self.segments is None:
+            return segments
+        held, self.segments = self.segments, None
+        self.cancel()
+        return held + list(segments)
+
+    def resumed(self) -> None:
+        """A retry wrote everything held."""
+        if self._said and self.segments is None:
+            self._said = False
+            event(logging.WARNING, "binlog-resumed", "binlog writes go through again")
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _retry(self) -> None:
+        self._timer = None
+        if self.segments is not None:
+            self.retry()
+
+
 class Failure:
     """A write, fsync or file operation that failed for good, said once.
     Records past the last good fsync may not be on disk, so nothing more is
