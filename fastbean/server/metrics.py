@@ -5,8 +5,10 @@ A scrape reads the engine's state where it lives, between two loop turns
 tubes holding the most jobs, found in one pass in compiled code.
 """
 import bisect
+import logging
 import os
 import platform
+import time
 
 from fastbean import __version__
 from fastbean.engine.core import (
@@ -17,6 +19,7 @@ from fastbean.engine.core import (
     stats_text,
     tube_rows,
 )
+from fastbean.logs import event
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # `*` cannot appear in a tube name, so this label value never names a real tube.
@@ -88,6 +91,18 @@ class ScheduleLags:
         self.counts[bisect.bisect_left(LAG_BOUNDS, lag)] += 1
         self.total += lag
         self.last[name] = lag
+
+    def fired(self, fired):
+        """The engine's on_fire hook: a schedule made a job. Its lag is kept,
+        and a log event says it."""
+        name, tube, jid, occurrence, lag_ns, manual = fired
+        self.add(name, lag_ns / 1e9, manual)
+        event(logging.INFO, "schedule-fired",
+              "schedule %(schedule)s put job %(id)d in %(tube)s" + (
+                  " (fire-schedule)" if manual else " for %(occurrence)s, %(lag).3f s after it"),
+              schedule=name.decode("latin-1"), tube=tube.decode("latin-1"), id=jid,
+              occurrence=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(occurrence // 1000000000)),
+              lag=round(lag_ns / 1e9, 6), manual=manual)
 
 
 def _schedules(out, server):

@@ -14,7 +14,6 @@ from fastbean import __version__
 from fastbean.binlog import Binlog
 from fastbean.config import (
     BACKLOG,
-    DRAIN_CHECK_INTERVAL,
     HANDLED_SIGNALS,
     SHUTDOWN_GRACE,
     STATUS_INTERVAL,
@@ -26,6 +25,7 @@ from fastbean.logs import counted, event
 from fastbean.server import busypoll
 from fastbean.server.authgate import AuthConnProtocol, TracingAuthConnProtocol
 from fastbean.server.busypoll import BusyPoll
+from fastbean.server.drain import Drain
 from fastbean.server.http import Endpoint
 from fastbean.server.limits import Connections, MemoryCap
 from fastbean.server.metrics import ScheduleLags
@@ -50,6 +50,44 @@ def new_event_loop():
               "asyncio's event loop", error=str(e))
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+# why a node in each phase but "serving" is not ready (/readyz)
+NOT_SERVING = {"replaying": "replaying the binlog",
+               "recovering": "rebuilding from the binlog after a disk failure"}
+
+
+def protocol_class(tls, auth, tracing) -> Type[ConnProtocol]:
+    """A listener's connections' protocol: plain, TLS, or TLS behind the
+    token gate (auth), each with a tracing twin for -V -V."""
+    if tls and auth:
+        return TracingAuthConnProtocol if tracing else AuthConnProtocol
+    if tls:
+        return TracingTlsConnProtocol if tracing else TlsConnProtocol
+    return TracingConnProtocol if tracing else ConnProtocol
+
+
+def say_modes(config):
+    """Log the modes an operator must not miss at start: --testing, the memory cap."""
+    if config.testing:
+        event(logging.WARNING, "testing", "--testing: fastbean-reset and "
+              "fastbean-clock-advance are on; never use this flag in production")
+    if config.max_memory:
+        event(logging.INFO, "memory-cap", "memory cap " + counted(config.max_memory, "byte")
+              + ": put answers OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
+              max_memory=config.max_memory)
+
+
+def say_ready(jobs, stream, nats_servers):
+    """The "ready" event: serving jobs, or (replicated: nats_servers given) a
+    standby that serves once it is the primary, which replication's events say."""
+    if nats_servers is not None:
+        event(logging.INFO, "ready", "started as a standby of stream %(stream)s, connecting to NATS "
+              "at %(servers)s", jobs=jobs, pid=os.getpid(), version=__version__, stream=stream,
+              servers=nats_servers)
+    else:
+        event(logging.INFO, "ready", "serving " + counted(jobs, "job"), jobs=jobs, pid=os.getpid(),
+              version=__version__)
 
 
 class Server:
@@ -83,6 +121,7 @@ class Server:
                                             fsync=config.fsync, fsync_ms=config.fsync_ms,
                                             on_failure=self.recovery.binlog_failed)
         self.connections = Connections(config.max_connections, config.max_unauthenticated_per_address)
+        self.schedule_lags = ScheduleLags()   # the lag of each schedule's firings (/metrics)
         self._new_core()
         # A replicated node serves clients only while it is the primary.
         self.serving = self.replicator is None
@@ -94,12 +133,12 @@ class Server:
         self._console_class = console   # what makes it: the CLI hands it over (the console imports the server)
         self.started_at = None      # time.time() when it began serving
         self.phase = "starting"     # then "replaying", "serving" ("recovering" after a disk failure), "stopping"
-        self._stopping = False
-        self._drained = None        # while draining: no job reserved at the last look
+        self.stopping = False
+        self.drain = Drain(loop, lambda: self.core, lambda: self.notifier.status(self._status()),
+                           lambda: self.stopping)
         self._stopped: Optional[asyncio.Future] = None     # set when a shutdown has finished
         self._exit_status = 0
         self._periodic = []         # timer handles of _check and _watchdog
-        self.schedule_lags = ScheduleLags()   # the lag of each schedule's firings (/metrics)
 
     def _new_core(self):
         config = self.config
@@ -125,7 +164,7 @@ class Server:
             dead_letter_tube=config.dead_letter_tube.encode() if config.dead_letter_tube else None,
             drop_others=self.connections.drop_others if config.testing else None,
             lease_over=self.replicator.lease_over if self.replicator is not None else None,
-            on_fire=self._on_fire,
+            on_fire=self.schedule_lags.fired,
         )
         if self.busy_poll is not None:
             self.busy_poll.attach(self.core)
@@ -139,17 +178,6 @@ class Server:
         if self.replicator is not None:
             lines += self.replicator.stats()
         return lines
-
-    def _on_fire(self, fired):
-        # a schedule made a job: a log event and its lag for /metrics
-        name, tube, jid, occurrence, lag_ns, manual = fired
-        self.schedule_lags.add(name, lag_ns / 1e9, manual)
-        event(logging.INFO, "schedule-fired",
-              "schedule %(schedule)s put job %(id)d in %(tube)s" + (
-                  " (fire-schedule)" if manual else " for %(occurrence)s, %(lag).3f s after it"),
-              schedule=name.decode("latin-1"), tube=tube.decode("latin-1"), id=jid,
-              occurrence=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(occurrence // 1000000000)),
-              lag=round(lag_ns / 1e9, 6), manual=manual)
 
     # -- serving, and not ----------------------------------------------------------
 
@@ -171,10 +199,6 @@ class Server:
             self._timer.cancel()
             self._timer = None
         self._new_core()
-
-    @property
-    def stopping(self):
-        return self._stopping
 
     def fatal(self, message, status=1):
         event(logging.ERROR, "fatal", "%(error)s", error=message, status=status)
@@ -227,21 +251,14 @@ class Server:
     def readiness(self):
         """(ready, why): what /readyz answers, and what a load balancer's check
         should see. A replicated node is ready only while it is the primary."""
-        if self.phase == "replaying":
-            return False, "replaying the binlog"
-        if self.phase == "recovering":
-            return False, "rebuilding from the binlog after a disk failure"
         if self.phase != "serving":
-            return False, self.phase
+            return False, NOT_SERVING.get(self.phase, self.phase)
         if self.replicator is not None:
             ready, why = self.replicator.readiness()
             if not ready:
                 return False, why
         if self.core.draining:
-            reserved = self.core.reserved_jobs
-            if reserved:
-                return False, "draining: %s reserved" % counted(reserved, "job")
-            return False, "drained: no job reserved"
+            return False, self.drain.state()
         if self.disk is not None and self.disk.failing:
             return False, "binlog failing"
         return True, "ready"
@@ -251,13 +268,7 @@ class Server:
         # protocol is the same with TLS configured or not. A TLS listener
         # accepts plain connections and its protocol runs the handshake
         # (start_tls), so that a connection counts from its accept.
-        cls: Type[ConnProtocol]
-        if tls and self.auth is not None:
-            cls = TracingAuthConnProtocol if self.verbosity >= 2 else AuthConnProtocol
-        elif tls:
-            cls = TracingTlsConnProtocol if self.verbosity >= 2 else TlsConnProtocol
-        else:
-            cls = TracingConnProtocol if self.verbosity >= 2 else ConnProtocol
+        cls = protocol_class(tls, self.auth is not None, self.verbosity >= 2)
 
         def factory():
             return cls(self) if self.serving else Refused()
@@ -292,32 +303,18 @@ class Server:
                 await asyncio.sleep(0)
         for sock, tls in listeners:
             await self._listen(sock, tls)
-        if self.config.testing:
-            event(logging.WARNING, "testing", "--testing: fastbean-reset and "
-                  "fastbean-clock-advance are on; never use this flag in production")
-        if self.config.max_memory:
-            event(logging.INFO, "memory-cap", "memory cap " + counted(self.config.max_memory, "byte")
-                  + ": put answers "
-                  "OUT_OF_MEMORY beyond it (fastbean-stats shows memory-used)",
-                  max_memory=self.config.max_memory)
-        self.loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        say_modes(self.config)
+        self.loop.add_signal_handler(signal.SIGUSR1, self.drain.start)
         if not self.config.strict:
-            # beanstalkd has no way out of a drain but a restart: SIGUSR2 ends it
-            self.loop.add_signal_handler(signal.SIGUSR2, self.end_drain)
+            self.loop.add_signal_handler(signal.SIGUSR2, self.drain.end)
         if self.certificates is not None:
             self.loop.add_signal_handler(signal.SIGHUP, self.reload)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.stop, sig)
         self.phase = "serving"
         self.notifier.ready(self._status())
-        if self.replicator is not None:
-            # it serves once it is the primary: the replication events say when
-            event(logging.INFO, "ready", "started as a standby of stream %(stream)s, connecting to NATS "
-                  "at %(servers)s", jobs=self.core.current_jobs, pid=os.getpid(), version=__version__,
-                  stream=self.config.replicate_stream, servers=self.replicator.link.servers)
-        else:
-            event(logging.INFO, "ready", "serving " + counted(self.core.current_jobs, "job"),
-                  jobs=self.core.current_jobs, pid=os.getpid(), version=__version__)
+        say_ready(self.core.current_jobs, self.config.replicate_stream,
+                  self.replicator.link.servers if self.replicator is not None else None)
         if self.notifier.enabled or self.config.max_memory:
             self._every(STATUS_INTERVAL, self._check)
 
@@ -358,42 +355,10 @@ class Server:
         if self.auth is not None:
             self.auth.reload()
 
-    def drain(self):
-        """SIGUSR1: put answers DRAINING; the drain is complete once no job is
-        reserved, which is logged (and /readyz, STATUS and fastbean-stats
-        say), so a deploy knows when stopping loses no work in progress."""
-        if self.core.draining:
-            return
-        event(logging.WARNING, "drain", "entering drain mode")
-        self.core.set_draining()
-        self._drained = None
-        self._watch_drain()
-
-    def end_drain(self):
-        """SIGUSR2 (not with --strict): put is accepted again."""
-        if not self.core.draining:
-            return
-        self.core.set_draining(False)
-        event(logging.WARNING, "drain-ended", "drain mode ended: put is accepted again")
-        self.notifier.status(self._status())
-
-    def _watch_drain(self):
-        # the drain's end is told once each time the last reservation goes
-        if not self.core.draining or self._stopping:
-            return
-        drained = self.core.reserved_jobs == 0
-        if drained and self._drained is not True:
-            event(logging.WARNING, "drained", "drain complete: no job is reserved",
-                  jobs=self.core.current_jobs)
-        if drained != self._drained:
-            self._drained = drained
-            self.notifier.status(self._status())
-        self.loop.call_later(DRAIN_CHECK_INTERVAL, self._watch_drain)
-
     def stop(self, sig=signal.SIGTERM):
         """Shut down, on signal `sig` (None: after a fatal error)."""
-        if not self._stopping:
-            self._stopping = True
+        if not self.stopping:
+            self.stopping = True
             self.connections.refuse_new()
             self.phase = "stopping"
             self.notifier.stopping()
