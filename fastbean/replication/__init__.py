@@ -33,7 +33,6 @@ it after each wait, so none acts on an engine that is gone.
 """
 import asyncio
 import enum
-import json
 import logging
 import socket
 import time
@@ -45,26 +44,15 @@ from fastbean.engine.core import FULL_RECORD_OVERHEAD
 from fastbean.errors import EXIT_CONFIG, BinlogError, ReplicationError
 from fastbean.logs import counted, event
 from fastbean.replication.follower import Follower
-from fastbean.replication.lease import AGAIN, LOST, RETAKEN, Lease
+from fastbean.replication.lease import AGAIN, LOST, Keeper, Lease
 from fastbean.replication.link import Deposed, Link, Quiet, Unavailable, nats_auth
 from fastbean.replication.log import StreamLog
+from fastbean.replication.status import StatusWriter, console_url
 from fastbean.wal import Host
 
 POLL = 0.25                 # seconds between a standby's looks at the stream and the lease
-LEASE_RETRY = 0.25          # seconds between tries to renew a lease NATS did not answer for
 HEADROOM = 1024             # bytes of a message's headers, at most
 RELEASE_TIMEOUT = 2.0       # seconds to hand the lease on at shutdown
-STATUS_EVERY = 1.0          # seconds between this node's status writes (the consoles' cluster pages)
-
-
-def console_url(config):
-    """The address of this node's --console, as another node's page links it, or None."""
-    if config.console_port is None:
-        return None
-    host = config.console_host or socket.gethostname()
-    if ":" in host:
-        host = "[%s]" % host
-    return "%s://%s:%d/" % ("https" if config.console_tls else "http", host, config.console_port)
 
 
 class Role(enum.Enum):
@@ -80,6 +68,16 @@ def nats_tls(config):
     if config.replicate_ca is None and config.replicate_cert is None:
         return None
     return tls_context(config.replicate_ca, config.replicate_cert, config.replicate_key)
+
+
+def message_room(link, max_job_size):
+    """Bytes of records a message may carry on the connected link; raises
+    ReplicationError when the largest job (-z) would not fit in one."""
+    room = link.max_payload - HEADROOM
+    if max_job_size + FULL_RECORD_OVERHEAD > room:
+        raise ReplicationError("-z %d does not fit in a NATS message (max_payload %d)"
+                               % (max_job_size, link.max_payload))
+    return room
 
 
 async def _cancel(task):
@@ -109,6 +107,8 @@ class Replicator:
                          tls=nats_tls(config),
                          auth=nats_auth(config.replicate_auth_file) if config.replicate_auth_file else None)
         self.lease = Lease(self.link, config.lease_ttl, ("%s %s" % (self.name, uuid.uuid4().hex)).encode())
+        self.keeper = Keeper(self.loop, self.lease, self.name, lambda t: host.core.set_lease(t),
+                             self._wake_up, self._must_rebuild, self._lapsed)
         self.log = StreamLog(host, self.link, config, self._deposed_by_writer, self._wake_up,
                              self._local_failed, self._must_rebuild)
         self.publisher = self.log.publisher
@@ -118,22 +118,13 @@ class Replicator:
         self._why_not = None        # why the primary stopped serving
         self._rebuild_why = None    # why it must rebuild from the stream
         self._wake = asyncio.Event()
-        self._deadline: Optional[asyncio.TimerHandle] = None    # the end of the lease's validity
         self._task: Optional[asyncio.Task] = None
         self._standby_errors = Quiet("standby-error", "replication: standby: %(error)s")
-        self._lease_errors = Quiet("lease-renew-failed", "replication: renewing the lease failed "
-                                   "(valid for %(left).1f s more): %(error)s")
         self._status_task: Optional[asyncio.Task] = None
-        self._status_errors = Quiet("status-write-failed", "replication: this node's status for the "
-                                    "consoles was not written: %(error)s")
-        # where this node's console is, for the other nodes' cluster pages
-        self.console_url = console_url(config)
+        self._status_writer = StatusWriter(self.link, self.status)
+        self.console_url = console_url(config)      # for the other nodes' cluster pages
         # fastbean-stats
         self.takeovers = self.resyncs = self.suspensions = 0
-
-    @property
-    def mirror(self):
-        return self.log.mirror
 
     # -- start, stop ----------------------------------------------------------
 
@@ -141,7 +132,7 @@ class Replicator:
         if self.log.mirror is not None:
             self.log.mirror.open()
         self._task = self.loop.create_task(self._run())
-        self._status_task = self.loop.create_task(self._tell_status())
+        self._status_task = self.loop.create_task(self._status_writer.run())
 
     def status(self):
         """What this node tells the others (the consoles' cluster pages)."""
@@ -153,19 +144,6 @@ class Replicator:
                 "lease_left": max(self.lease.valid_until - time.monotonic(), 0.0)
                 if self.role is Role.PRIMARY else None,
                 "console": self.console_url, "at": time.time()}
-
-    async def _tell_status(self):
-        # once a second, whatever the role; NATS away: said when the link is
-        # back (the status is for people, never for the roles)
-        while True:
-            await asyncio.sleep(STATUS_EVERY)
-            if self.link.js is None:
-                continue
-            try:
-                await self.link.status_write(json.dumps(self.status()).encode())
-                self._status_errors.ok()
-            except Exception as e:      # noqa: BLE001 - see above
-                self._status_errors.failed(logging.INFO, error=str(e) or type(e).__name__)
 
     async def finish(self, grace):
         """Shutdown: publish what is queued (up to `grace` s), hand the lease on."""
@@ -189,11 +167,7 @@ class Replicator:
     async def _run(self):
         try:
             ttl = await self.link.connect()
-            limit = self.link.max_payload - HEADROOM
-            if self.max_job_size + FULL_RECORD_OVERHEAD > limit:
-                raise ReplicationError("-z %d does not fit in a NATS message (max_payload %d)"
-                                       % (self.max_job_size, self.link.max_payload))
-            self.publisher.max_payload = limit
+            self.publisher.max_payload = message_room(self.link, self.max_job_size)
             if ttl and abs(ttl - self.lease.ttl) > 0.001:
                 event(logging.WARNING, "lease-ttl-differs", "replication: the lease bucket %(bucket)s "
                       "has a TTL of %(ttl).1f s, not %(asked).1f s; the bucket's applies",
@@ -287,9 +261,9 @@ class Replicator:
         gen = self.gen
         self.role = Role.PRIMARY
         self._rebuild_why = None
-        self._lease_renewed()
+        self.keeper.renewed()
         self.host.set_serving(True)
-        keeper = self.loop.create_task(self._keep_lease(gen))
+        keeper = self.loop.create_task(self.keeper.keep(lambda: gen == self.gen))
         try:
             while self._rebuild_why is None:
                 self._wake.clear()
@@ -305,9 +279,7 @@ class Replicator:
             return self._rebuild_why
         finally:
             keeper.cancel()
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+            self.keeper.stop()
 
     def _suspend(self, why):
         self.role = Role.SUSPENDED
@@ -334,43 +306,9 @@ class Replicator:
         event(logging.WARNING, "resumed", "replication: %(node)s serves again", node=self.name)
         self.host.set_serving(True)
 
-    async def _keep_lease(self, gen):
-        while gen == self.gen:
-            try:
-                result = await self.lease.renew()
-            except Unavailable as e:
-                if gen != self.gen:
-                    return
-                self._lease_errors.failed(left=self.lease.valid_until - time.monotonic(), error=str(e))
-                await asyncio.sleep(LEASE_RETRY)
-                continue
-            except Exception as e:          # no retry mends it: start again from the stream
-                event(logging.ERROR, "lease-failed", "replication: renewing the lease failed: %(error)s",
-                      error=str(e) or type(e).__name__, exc_info=True)
-                self._must_rebuild("renewing the lease failed")
-                return
-            if gen != self.gen:
-                return
-            self._lease_errors.ok()
-            if result == LOST:
-                event(logging.ERROR, "lease-lost", "replication: %(node)s lost the lease", node=self.name)
-                self._must_rebuild("another node holds the lease")
-                return
-            if result == AGAIN:
-                continue
-            if result == RETAKEN and self.role is Role.PRIMARY:
-                self._suspend("its lease had lapsed")   # someone may have led meanwhile: fence first
-            self._lease_renewed()
-            await asyncio.sleep(self.lease.renew_every)
-
-    def _lease_renewed(self):
-        # The engine answers nothing past the lease; a timer wakes _lead then.
-        self.host.core.set_lease(self.lease.valid_until)
-        if self._deadline is not None:
-            self._deadline.cancel()
-        self._deadline = self.loop.call_later(max(0.0, self.lease.valid_until - time.monotonic()),
-                                              self._wake_up)
-        self._wake_up()
+    def _lapsed(self):
+        if self.role is Role.PRIMARY:
+            self._suspend("its lease had lapsed")   # someone may have led meanwhile: fence first
 
     def lease_over(self):
         """The engine's hook: a command came past the lease (the loop ran late)."""

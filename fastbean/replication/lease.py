@@ -23,12 +23,13 @@ import logging
 import time
 
 from fastbean.logs import event
-from fastbean.replication.link import Conflict, Unavailable
+from fastbean.replication.link import Conflict, Quiet, Unavailable
 
 RENEWED = "renewed"         # the primary's write went in
 RETAKEN = "retaken"         # the key had lapsed and this node created it again: fence first
 AGAIN = "again"             # a lost answer's write had gone in: write again, at once
 LOST = "lost"               # another node (or writer) holds the key
+LEASE_RETRY = 0.25          # seconds between tries to renew a lease NATS did not answer for
 
 
 class Lease:
@@ -104,3 +105,68 @@ class Lease:
             event(logging.WARNING, "lease-release-failed", "replication: could not release the lease: "
                   "%(error)s", error=str(e) or type(e).__name__)
         self.forget()
+
+
+class Keeper:
+    """The primary's side of the lease: renewed every renew_every seconds,
+    and the engine told how long it may answer (set_lease), with a timer
+    that wakes the primary's loop when that time is up."""
+
+    def __init__(self, loop, lease, node, set_lease, wake, lost, lapsed):
+        """set_lease(t): the engine answers nothing past monotonic time t;
+        wake(): the primary's loop looks at its state again; lost(why): the
+        node must rebuild from the stream; lapsed(): the key had lapsed and
+        this node made it again (someone may have led meanwhile)."""
+        self.loop = loop
+        self.lease = lease
+        self.node = node
+        self._set_lease = set_lease
+        self._wake = wake
+        self._lost = lost
+        self._lapsed = lapsed
+        self._deadline = None
+        self._errors = Quiet("lease-renew-failed", "replication: renewing the lease failed "
+                             "(valid for %(left).1f s more): %(error)s")
+
+    def renewed(self):
+        self._set_lease(self.lease.valid_until)
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(max(0.0, self.lease.valid_until - time.monotonic()),
+                                              self._wake)
+        self._wake()
+
+    def stop(self):
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    async def keep(self, current):
+        """Renew until current() is False (the node's role changed)."""
+        while current():
+            try:
+                result = await self.lease.renew()
+            except Unavailable as e:
+                if not current():
+                    return
+                self._errors.failed(left=self.lease.valid_until - time.monotonic(), error=str(e))
+                await asyncio.sleep(LEASE_RETRY)
+                continue
+            except Exception as e:          # no retry mends it: start again from the stream
+                event(logging.ERROR, "lease-failed", "replication: renewing the lease failed: %(error)s",
+                      error=str(e) or type(e).__name__, exc_info=True)
+                self._lost("renewing the lease failed")
+                return
+            if not current():
+                return
+            self._errors.ok()
+            if result == LOST:
+                event(logging.ERROR, "lease-lost", "replication: %(node)s lost the lease", node=self.node)
+                self._lost("another node holds the lease")
+                return
+            if result == AGAIN:
+                continue
+            if result == RETAKEN:
+                self._lapsed()
+            self.renewed()
+            await asyncio.sleep(self.lease.renew_every)
