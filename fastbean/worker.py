@@ -202,6 +202,30 @@ class Metrics:
                    % (self.seconds_sum, cum))
         return "".join(out)
 
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        """An HTTP endpoint with GET /metrics, on host:port (0: any free port)."""
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
+                if path.split(b"?")[0] == b"/metrics":
+                    body, status = self.exposition().encode(), b"200 OK"
+                    kind = b"text/plain; version=0.0.4; charset=utf-8"
+                else:
+                    body, status, kind = b"not found\n", b"404 Not Found", b"text/plain"
+                writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                             b"Connection: close\r\n\r\n%s" % (status, kind, len(body), body))
+                await writer.drain()
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, host, port)
+        host, port = server.sockets[0].getsockname()[:2]
+        _event(logging.INFO, "worker-metrics", "metrics on http://%(host)s:%(port)d/metrics", host=host, port=port)
+        return server
+
 
 class _Lane:
     """One connection, the jobs it reserved, and its loop."""
@@ -215,6 +239,47 @@ class _Lane:
         self.blocking = False           # in a reserve that waits: safe to cancel
         self.batch: Optional[bool] = None   # reserve-batch works here (None: not tried)
         self.task: Optional[asyncio.Task[None]] = None
+
+    async def open(self, backoff: Backoff, stopping: Callable[[], bool]) -> None:
+        """Connect, watch the tubes and ignore default, trying again with
+        backoff until it works or stopping()."""
+        c = self.client
+        attempt = 0
+        while True:
+            try:
+                await c.connect()
+                for tube in self.tubes:
+                    await c.watch(tube)
+                if "default" not in self.tubes:
+                    await c.ignore("default")
+                return
+            except (ConnectError, ConnectionLost) as e:
+                if stopping():
+                    return
+                _event(logging.WARNING, "worker-connect-failed", "%(error)s; trying again", error=str(e))
+                await asyncio.sleep(backoff.delay(attempt))
+                attempt += 1
+
+    async def fetch(self, count: int, block: bool, metrics: Metrics) -> List[ClientJob]:
+        """Up to count jobs (reserve-batch where the server has it); waits
+        BLOCK_S for one if block, else none."""
+        c = self.client
+        if self.batch is not False and self.capacity > 1:
+            try:
+                jobs = await c.reserve_batch(count, BLOCK_S if block else None)
+                self.batch = True
+                metrics.batch_reserves += 1
+                return jobs
+            except (UnknownCommand, BadFormat):
+                self.batch = False      # beanstalkd, or fastbean --strict
+                _event(logging.INFO, "worker-no-batch", "%(node)s has no reserve-batch: reserving "
+                       "one job at a time", node=c.where)
+            except DeadlineSoon:
+                return []
+        try:
+            return [await c.reserve_with_timeout(BLOCK_S if block else 0)]
+        except (TimedOut, DeadlineSoon):
+            return []
 
 
 def _event(level: int, name: str, text: str, **fields: Any) -> None:
@@ -284,7 +349,7 @@ class Worker:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._metrics_server: Optional[asyncio.AbstractServer] = None
+        self._metrics_server: Optional[asyncio.Server] = None
         self.metrics_address: Optional[Tuple[str, int]] = None
 
     # -- running
@@ -314,9 +379,11 @@ class Worker:
                 client = AsyncClient(node, **self.client_options)
                 self._lanes.append(_Lane(client, tubes, self.batch))
         if self.metrics_port is not None:
-            await self._serve_metrics()
+            self._metrics_server = await self.metrics.serve(self.metrics_host, self.metrics_port)
+            self.metrics_address = self._metrics_server.sockets[0].getsockname()[:2]
         try:
-            await asyncio.gather(*(self._open(lane) for lane in self._lanes))
+            await asyncio.gather(*(lane.open(self.client_options["reconnect"], lambda: self.stopping)
+                                   for lane in self._lanes))
             for lane in self._lanes:
                 lane.task = asyncio.ensure_future(self._lane_loop(lane))
             self.ready.set()
@@ -383,52 +450,9 @@ class Worker:
         """Run in a new event loop (uvloop when installed) until SIGTERM or SIGINT
         (signals=True) or stop(); 0 after a graceful stop. A second SIGINT exits
         at once, with status 130."""
-        try:
-            import uvloop
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        except ImportError:
-            loop = asyncio.new_event_loop()
-        interrupts = [0]
-
-        def interrupted() -> None:
-            interrupts[0] += 1
-            if interrupts[0] > 1:
-                _event(logging.WARNING, "worker-exit", "second interrupt: exiting at once")
-                logging.shutdown()
-                os._exit(EXIT_INTERRUPTED)
-            self.stop()
-
-        try:
-            asyncio.set_event_loop(loop)
-            if signals:
-                loop.add_signal_handler(signal.SIGTERM, self.stop)
-                loop.add_signal_handler(signal.SIGINT, interrupted)
-            loop.run_until_complete(self.run())
-        finally:
-            loop.close()
-            asyncio.set_event_loop(None)
-        return 0
+        return run_in_new_loop(self, signals)
 
     # -- lanes
-
-    async def _open(self, lane: _Lane) -> None:
-        c = lane.client
-        backoff: Backoff = self.client_options["reconnect"]
-        attempt = 0
-        while True:
-            try:
-                await c.connect()
-                for tube in lane.tubes:
-                    await c.watch(tube)
-                if "default" not in lane.tubes:
-                    await c.ignore("default")
-                return
-            except (ConnectError, ConnectionLost) as e:
-                if self.stopping:
-                    return
-                _event(logging.WARNING, "worker-connect-failed", "%(error)s; trying again", error=str(e))
-                await asyncio.sleep(backoff.delay(attempt))
-                attempt += 1
 
     async def _lane_loop(self, lane: _Lane) -> None:
         assert self._stop is not None
@@ -443,7 +467,7 @@ class Worker:
             block = not lane.running
             try:
                 lane.blocking = block
-                jobs = await self._fetch(lane, free, block)
+                jobs = await lane.fetch(free, block, self.metrics)
             except (ConnectError, ConnectionLost) as e:
                 lane.blocking = False
                 if lane.running:
@@ -478,25 +502,6 @@ class Worker:
                 except asyncio.TimeoutError:
                     pass
 
-    async def _fetch(self, lane: _Lane, count: int, block: bool) -> List[ClientJob]:
-        c = lane.client
-        if lane.batch is not False and lane.capacity > 1:
-            try:
-                jobs = await c.reserve_batch(count, BLOCK_S if block else None)
-                lane.batch = True
-                self.metrics.batch_reserves += 1
-                return jobs
-            except (UnknownCommand, BadFormat):
-                lane.batch = False      # beanstalkd, or fastbean --strict
-                _event(logging.INFO, "worker-no-batch", "%(node)s has no reserve-batch: reserving "
-                       "one job at a time", node=c.where)
-            except DeadlineSoon:
-                return []
-        try:
-            return [await c.reserve_with_timeout(BLOCK_S if block else 0)]
-        except (TimedOut, DeadlineSoon):
-            return []
-
     # -- jobs
 
     def _start(self, lane: _Lane, cj: ClientJob) -> None:
@@ -518,7 +523,7 @@ class Worker:
 
         def _start_keeper() -> None:
             nonlocal keeper
-            keeper = loop.create_task(self._keep_alive(lane, job))
+            keeper = loop.create_task(keep_alive(lane.client, job, self.metrics))
 
         outcome, error = "deleted", None
         try:
@@ -552,7 +557,7 @@ class Worker:
                 except NotFound:
                     outcome = "lost"
             else:
-                outcome = await self._failed(lane, job, error, retry)
+                outcome = await settle_failure(lane.client, job, retry)
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
@@ -572,88 +577,91 @@ class Worker:
             if outcome in self.metrics.outcomes:
                 self.metrics.outcomes[outcome] += 1
             self.metrics.observe(seconds)
-            self._log_job(job, outcome, seconds, error)
+            log_job(job, outcome, seconds, error)
             for other in self._lanes:
                 other.wake.set()
 
-    def _log_job(self, job: Job, outcome: str, seconds: float, error: Optional[BaseException]) -> None:
-        if outcome == "deleted":
-            _event(logging.INFO, "job-done", "job %(id)d done in %(seconds).3fs", id=job.id, tube=job.tube,
-                   seconds=round(seconds, 6))
-        elif outcome == "lost":
-            _event(logging.WARNING, "job-lost", "job %(id)d: its reservation ended before it finished "
-                   "(TTR, or a lost connection); the server gives it out again", id=job.id, tube=job.tube,
-                   seconds=round(seconds, 6), error=None if error is None else str(error))
-        elif outcome == "cancelled":
-            _event(logging.WARNING, "job-given-back", "job %(id)d did not finish before the stop",
-                   id=job.id, tube=job.tube, seconds=round(seconds, 6))
-        else:
-            _event(logging.WARNING, "job-" + outcome, "job %(id)d failed (%(error)s): " + outcome,
-                   id=job.id, tube=job.tube, seconds=round(seconds, 6), error="%s: %s" % (
-                       type(error).__name__, error))
+def log_job(job: Job, outcome: str, seconds: float, error: Optional[BaseException]) -> None:
+    """The job-* event of a job's end."""
+    if outcome == "deleted":
+        _event(logging.INFO, "job-done", "job %(id)d done in %(seconds).3fs", id=job.id, tube=job.tube,
+               seconds=round(seconds, 6))
+    elif outcome == "lost":
+        _event(logging.WARNING, "job-lost", "job %(id)d: its reservation ended before it finished "
+               "(TTR, or a lost connection); the server gives it out again", id=job.id, tube=job.tube,
+               seconds=round(seconds, 6), error=None if error is None else str(error))
+    elif outcome == "cancelled":
+        _event(logging.WARNING, "job-given-back", "job %(id)d did not finish before the stop",
+               id=job.id, tube=job.tube, seconds=round(seconds, 6))
+    else:
+        _event(logging.WARNING, "job-" + outcome, "job %(id)d failed (%(error)s): " + outcome,
+               id=job.id, tube=job.tube, seconds=round(seconds, 6), error="%s: %s" % (
+                   type(error).__name__, error))
 
-    async def _failed(self, lane: _Lane, job: Job, error: Exception, retry: RetryPolicy) -> str:
-        c = lane.client
-        pri, attempt = DEFAULT_PRI, 1
-        try:
-            st = await c.call(P.stats_job(job.id), job._gen)
-            pri, attempt = int(st.get("pri", DEFAULT_PRI)), int(st.get("reserves", 1))
-        except NotFound:
-            return "lost"
-        except NotPermitted:
-            pass                # a token without monitor on the tube: no attempt count
-        if retry.attempts is not None and attempt >= retry.attempts:
-            await c.call(P.bury(job.id, pri), job._gen)
-            return "buried"
-        try:
-            await c.call(P.release(job.id, pri, retry.delay(attempt)), job._gen)
-        except NotFound:
-            return "lost"
-        return "released"
+async def settle_failure(c: AsyncClient, job: Job, retry: RetryPolicy) -> str:
+    """A job whose handler raised: released with retry's delay, or buried
+    once it has had retry.attempts reserves; its outcome."""
+    pri, attempt = DEFAULT_PRI, 1
+    try:
+        st = await c.call(P.stats_job(job.id), job._gen)
+        pri, attempt = int(st.get("pri", DEFAULT_PRI)), int(st.get("reserves", 1))
+    except NotFound:
+        return "lost"
+    except NotPermitted:
+        pass                # a token without monitor on the tube: no attempt count
+    if retry.attempts is not None and attempt >= retry.attempts:
+        await c.call(P.bury(job.id, pri), job._gen)
+        return "buried"
+    try:
+        await c.call(P.release(job.id, pri, retry.delay(attempt)), job._gen)
+    except NotFound:
+        return "lost"
+    return "released"
 
-    async def _keep_alive(self, lane: _Lane, job: Job) -> None:
-        """Touch the job before DEADLINE_SOON's last second of its TTR, for as
-        long as its handler runs."""
-        c = lane.client
-        try:
-            st = await c.call(P.stats_job(job.id), job._gen)
-            ttr, left = int(st["ttr"]), int(st["time-left"])
-            job.ttr = ttr
-            wait = max(0.0, (left - 1) / 2)
-            while True:
-                await asyncio.sleep(wait)
-                await c.call(P.touch(job.id), job._gen)
-                self.metrics.touches += 1
-                wait = max(0.1, (ttr - 1) / 2)
-        except (ClientError, KeyError, ValueError):
-            return
+async def keep_alive(c: AsyncClient, job: Job, metrics: Metrics) -> None:
+    """Touch the job before DEADLINE_SOON's last second of its TTR, for as
+    long as its handler runs."""
+    try:
+        st = await c.call(P.stats_job(job.id), job._gen)
+        ttr, left = int(st["ttr"]), int(st["time-left"])
+        job.ttr = ttr
+        wait = max(0.0, (left - 1) / 2)
+        while True:
+            await asyncio.sleep(wait)
+            await c.call(P.touch(job.id), job._gen)
+            metrics.touches += 1
+            wait = max(0.1, (ttr - 1) / 2)
+    except (ClientError, KeyError, ValueError):
+        return
 
-    # -- metrics
 
-    async def _serve_metrics(self) -> None:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
-                if path.split(b"?")[0] == b"/metrics":
-                    body, status = self.metrics.exposition().encode(), b"200 OK"
-                    kind = b"text/plain; version=0.0.4; charset=utf-8"
-                else:
-                    body, status, kind = b"not found\n", b"404 Not Found", b"text/plain"
-                writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-                             b"Connection: close\r\n\r\n%s" % (status, kind, len(body), body))
-                await writer.drain()
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-                pass
-            finally:
-                writer.close()
+def run_in_new_loop(worker: Worker, signals: bool) -> int:
+    """Worker.run_forever."""
+    try:
+        import uvloop
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    interrupts = [0]
 
-        assert self.metrics_port is not None
-        self._metrics_server = await asyncio.start_server(handle, self.metrics_host, self.metrics_port)
-        sock = self._metrics_server.sockets[0]
-        host, port = sock.getsockname()[:2]
-        self.metrics_address = (host, port)
-        _event(logging.INFO, "worker-metrics", "metrics on http://%(host)s:%(port)d/metrics", host=host, port=port)
+    def interrupted() -> None:
+        interrupts[0] += 1
+        if interrupts[0] > 1:
+            _event(logging.WARNING, "worker-exit", "second interrupt: exiting at once")
+            logging.shutdown()
+            os._exit(EXIT_INTERRUPTED)
+        worker.stop()
+
+    try:
+        asyncio.set_event_loop(loop)
+        if signals:
+            loop.add_signal_handler(signal.SIGTERM, worker.stop)
+            loop.add_signal_handler(signal.SIGINT, interrupted)
+        loop.run_until_complete(worker.run())
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+    return 0
 
 
 # -- the command line

@@ -121,6 +121,7 @@ class Server:
                                             fsync=config.fsync, fsync_ms=config.fsync_ms,
                                             on_failure=self.recovery.binlog_failed)
         self.connections = Connections(config.max_connections, config.max_unauthenticated_per_address)
+        self.core: Core         # the engine: _new_core() makes it, and each rebuild a new one
         self.schedule_lags = ScheduleLags()   # the lag of each schedule's firings (/metrics)
         self._new_core()
         # A replicated node serves clients only while it is the primary.
