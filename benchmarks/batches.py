@@ -21,7 +21,7 @@ import time
 
 from benchmarks.harness import build_loadgen, loadgen, write_results
 from benchmarks.storms import Pipe
-from tests.servers import Server
+from tests.support.servers import Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 RESERVED = re.compile(rb"RESERVED (\d+) ")

@@ -29,7 +29,7 @@ import sys
 import time
 
 from benchmarks.harness import build_loadgen, loadgen, machine
-from tests.servers import KINDS, Server
+from tests.support.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

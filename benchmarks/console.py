@@ -29,7 +29,7 @@ import time
 
 from benchmarks.harness import build_loadgen, finish, loadgen, write_results
 from benchmarks.storms import Pipe
-from tests.servers import Server, free_port
+from tests.support.servers import Server, free_port
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -37,7 +37,7 @@ import urllib.request
 
 from benchmarks.compare import RESULTS
 from benchmarks.harness import STEAL_LIMIT, cpu_times, finish, loadgen, steal, write_results
-from tests.servers import Server, client, free_port
+from tests.support.servers import Server, client, free_port
 
 
 def fsync_latency(directory, count=400, record=2048):

@@ -19,8 +19,8 @@ import tempfile
 import time
 
 from benchmarks.harness import loadgen
-from tests.hanodes import Haproxy, Node, find_primary
-from tests.natscluster import NatsCluster
+from tests.support.hanodes import Haproxy, Node, find_primary
+from tests.support.natscluster import NatsCluster
 
 
 def main(argv=None):

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from tests.servers import Server, client, put_many
+from tests.support.servers import Server, client, put_many
 
 
 def one_run(jobs, fsync):

@@ -18,9 +18,9 @@ import subprocess
 import tempfile
 
 from benchmarks.harness import loadgen, machine
-from tests.hanodes import Node, find_primary
-from tests.natscluster import NatsCluster
-from tests.servers import Server
+from tests.support.hanodes import Node, find_primary
+from tests.support.natscluster import NatsCluster
+from tests.support.servers import Server
 
 CASES = (("put", 50, 1), ("put", 50, 16), ("mixed", 50, 1))
 KINDS = ("beanstalkd -f0", "fastbean -f0", "fastbean replicated")

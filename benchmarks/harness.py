@@ -1,4 +1,4 @@
-"""What every benchmark needs beyond the servers themselves (tests/servers.py
+"""What every benchmark needs beyond the servers themselves (tests/support/servers.py
 starts those, the same way for tests and benchmarks): the compiled load
 generator and the other C tools, a few facts about the machine, and where
 results are written."""
@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tests.servers import BEANSTALKD, client
+from tests.support.servers import BEANSTALKD, client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "build")

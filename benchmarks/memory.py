@@ -30,7 +30,7 @@ import sys
 import time
 
 from benchmarks.harness import build_loadgen, loadgen, stats, write_results
-from tests.servers import KINDS, Server, client
+from tests.support.servers import KINDS, Server, client
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MB = 1 << 20

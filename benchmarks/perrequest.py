@@ -71,7 +71,7 @@ def check_tools(kinds):
     if probe.returncode != 0 or "not supported" in probe.stderr or "<not counted>" in probe.stderr:
         fail("perf cannot count syscall tracepoints here (run as root, or set "
              "kernel.perf_event_paranoid=-1): %s" % (probe.stderr.strip().splitlines() or ["?"])[-1])
-    from tests.servers import REDIS_SERVER
+    from tests.support.servers import REDIS_SERVER
     if any(k.startswith("redis") for k in kinds) and not os.path.exists(REDIS_SERVER):
         print("note: no redis-server (%s); leaving Redis out" % REDIS_SERVER)
         kinds = [k for k in kinds if not k.startswith("redis")]
@@ -79,10 +79,10 @@ def check_tools(kinds):
 
 
 class UvNull:
-    """benchmarks/uvnull.py in a process of its own, as tests.servers starts the others."""
+    """benchmarks/uvnull.py in a process of its own, as tests.support.servers starts the others."""
 
     def start(self):
-        from tests.servers import free_port, wait_listening
+        from tests.support.servers import free_port, wait_listening
         self.port = free_port()
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.uvnull", str(self.port)])
         wait_listening(self.port, self.proc, lambda: "uvnull exited")
@@ -105,7 +105,7 @@ FASTBEAN_ARGS = ()   # --args: fastbean's (and the baseline's) command-line opti
 
 
 def start(kind):
-    from tests.servers import RedisServer, Server
+    from tests.support.servers import RedisServer, Server
     if kind == "baseline":
         saved = os.environ.get("FASTBEAN_CMD")
         # -m puts the working directory first on sys.path: run from the checkout

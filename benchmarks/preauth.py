@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 
-from tests.certs import Pki
-from tests.servers import HOST, Server, free_port
+from tests.support.certs import Pki
+from tests.support.servers import HOST, Server, free_port
 
 SOURCES = ["127.0.0.%d" % i for i in range(2, 34)]
 HELLO_START = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"    # a TLS record, a ClientHello's first bytes

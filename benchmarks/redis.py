@@ -33,7 +33,7 @@ import time
 
 from benchmarks.compare import BINLOG, RESULTS, Case, prefill_count, ratio, summarize
 from benchmarks.harness import STEAL_LIMIT, build_loadgen, busy_seconds, cpu_times, loadgen, steal, write_results
-from tests.servers import REDIS_SERVER, RedisServer, Server
+from tests.support.servers import REDIS_SERVER, RedisServer, Server
 
 KINDS = ("fastbean", "beanstalkd", "redis-list", "redis-stream")
 OTHERS = KINDS[1:]

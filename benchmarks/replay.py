@@ -38,7 +38,7 @@ import threading
 import time
 
 from benchmarks.harness import build_loadgen, loadgen, machine, stats
-from tests.servers import KINDS, Server
+from tests.support.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MB = 1 << 20

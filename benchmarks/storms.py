@@ -47,7 +47,7 @@ import sys
 import time
 
 from benchmarks.harness import build_loadgen, finish, loadgen, write_results
-from tests.servers import KINDS, Server
+from tests.support.servers import KINDS, Server
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -20,7 +20,7 @@ import pytest
 
 from fastbean.engine.core import FILE_HEADER, Core, tune_malloc
 from fastbean.engine.parser import Parser
-from tests.servers import EngineClient as Client
+from tests.support.servers import EngineClient as Client
 
 tune_malloc()                               # as the server does at start-up
 

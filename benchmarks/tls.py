@@ -27,7 +27,7 @@ import tempfile
 import time
 
 from benchmarks.harness import cpu_times, loadgen, steal, write_results
-from tests.servers import HOST, Server, free_port, wait_listening
+from tests.support.servers import HOST, Server, free_port, wait_listening
 
 STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel") or "/usr/bin/stunnel4"
 # (name, workload, connections, depth): the three cases
@@ -113,7 +113,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not os.path.exists(STUNNEL):
         sys.exit("benchmarks.tls needs stunnel (apt-get install stunnel4)")
-    from tests.certs import Pki
+    from tests.support.certs import Pki
     started = time.time()
     directory = tempfile.mkdtemp(prefix="fastbean-tls-bench-")
     try:

@@ -42,7 +42,7 @@ import time
 from benchmarks.harness import STEAL_LIMIT, busy_seconds, cpu_times, steal, write_results
 from benchmarks.workload import LINE
 from fastbean.errors import FastbeanError
-from tests.servers import REDIS_SERVER, RedisServer, Server, client, redis_call
+from tests.support.servers import REDIS_SERVER, RedisServer, Server, client, redis_call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")

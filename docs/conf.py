@@ -1,6 +1,6 @@
 """The documentation site: Sphinx with the Furo theme, pages in Markdown (MyST).
 
-Built in CI with every warning an error (tests/test_docs.py):
+Built in CI with every warning an error (tests/packaging/test_docs.py):
     python -m sphinx -W --keep-going -n -b html docs build/docs
 """
 import fastbean

@@ -4,7 +4,7 @@ server's option table (options.py) and fastbean-ctl's argparse parser.
 `python -m fastbean.manpages DIR` writes both into DIR; the tree keeps them
 in man/, from where the package installs them into share/man/man1 (so `man
 fastbean` works wherever the package's bin/ is on PATH), and
-tests/test_options.py fails when they differ from what this writes.
+tests/operations/test_options.py fails when they differ from what this writes.
 """
 import argparse
 import os

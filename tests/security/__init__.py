@@ -1,0 +1,1 @@
+"""TLS, tokens and roles, and attacks on them."""
