@@ -99,6 +99,7 @@ bench:                ## every benchmark, one after the other (about an hour)
 	$(PY) -m benchmarks.replay --loss
 	$(PY) -m benchmarks.storms
 	$(PY) -m benchmarks.scrape
+	$(PY) -m benchmarks.limits
 	$(PY) -m benchmarks.ha
 	$(PY) -m benchmarks.failover
 	$(PY) -m benchmarks.workers --jobs 2000 --sleep-jobs 1000

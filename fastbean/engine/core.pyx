@@ -100,6 +100,69 @@ def put_tag(bytes rest):
     return None if t is None else (t[0], t[1] // 1000000000)
 
 
+cdef int _start_empty(Core core) except -1:
+    # Core.__init__'s state beyond what the caller gives: no job, no tube but
+    # default, nothing logged, nothing due, and what stats says of the host.
+    core.next_id = 1
+    core.tube_by_name = {}
+    core.dirty = []
+    core.drain_mode = False
+    core.armed_at = INT64_MAX
+    core.lease_end = INT64_MAX
+    core.started_mono = mono_ns()
+    core.instance_id = os.urandom(8).hex().encode()
+    u = os.uname()
+    core.hostname = u.nodename.encode()
+    core.os_version = u.version.encode()
+    core.machine = u.machine.encode()
+    core.keys = {}
+    core.job_keys = {}
+    core.gone = {}
+    core.policies = {}
+    core.origins = {}
+    core.ext_items = {}
+    core.schedules = {}
+    core.sched_fired = {}
+    core.sched_at = INT64_MAX
+    core.wal_on = False
+    core.wba = bytearray()
+    core.wsegs = []
+    core.held = []
+    core.turn = []
+    core.default_tube = tube_get(core, b"default", 7, True)
+    tube_incref(core.default_tube)        # default is never freed
+    # A new server gives back what start-up left once it has been idle
+    # for a moment, as after every busy spell (mem.pxi).
+    core.idle_reads = core.nreads
+    core.idle_at = mono_ns() + IDLE_WAIT
+    rearm(core)
+    return 0
+
+
+cdef object _tick(Core core, Py_ssize_t budget):
+    # Core.tick
+    cdef int64_t now = mono_ns()
+    cdef Py_ssize_t done
+    if lease_lost(core):
+        # a reserve timing out or a job coming due could reveal a stale
+        # queue too; set_lease() arms the timer again
+        core.armed_at = INT64_MAX
+        return None
+    done = queue_tick(core, now, budget)
+    done += sched_tick(core, budget - done if done < budget else 0, False)
+    flush_dirty(core)
+    mem_trim(core)
+    mem_idle(core, now)
+    if done >= budget:
+        core.armed_at = now
+        return 0.0
+    core.armed_at = next_deadline(core)
+    if core.armed_at == INT64_MAX:
+        return None
+    now = mono_ns()
+    return 0.0 if core.armed_at <= now else (core.armed_at - now) / 1e9
+
+
 cdef class Core:
     """All queue state of one server."""
 
@@ -114,35 +177,17 @@ cdef class Core:
                  arm=None, end_turn_soon=None, on_wake=None, ext_stats=None, commit_soon=None,
                  next_file=None, testing=False, strict=False, drop_others=None,
                  lease_over=None, retry_limit=0, dead_letter_tube=None, on_fire=None):
-        """Limits as the command line sets them, and the hooks (see core.pxd),
-        none of which may call into the engine before it returns:
-        arm(delay_seconds) re-arms the loop timer; end_turn_soon() has
-        end_turn() called once the loop turn's reads are in; on_wake(reads)
-        hears of a read while the busy poller lets the loop sleep (from the
-        start, and after each wake_on_read()) and returns True to hear of
-        the next one too; ext_stats() returns more fastbean-stats lines;
-        commit_soon() says records wait for take_wal(); next_file(need,
-        replace) makes a binlog file at once when the spare is used up.
-        testing=True runs the test-only commands (testing.pxi), whose
-        fastbean-reset calls drop_others(conn) to close every other
-        connection and get their Conns. strict=True answers every protocol
-        extension (fastbean-stats, flush-tube...) UNKNOWN_COMMAND, as
-        beanstalkd 1.12 does. lease_over() says a command came
-        after the end set by set_lease(). retry_limit (and
-        dead_letter_tube, bytes) is the retry limit of every tube whose own
-        retry-limit has not been set (retry.pxi). on_fire((name, tube, id,
-        occurrence wall ns, lag ns, manual)) hears of each job a schedule
-        makes (sched.pxi). Without hooks (in-process tests)
-        the caller calls tick(), end_turn() and take_wal() itself."""
+        """Limits as the command line sets them, and the hooks core.pxd
+        documents, none of which may call into the engine before it returns.
+        testing=True runs the test-only commands (testing.pxi); strict=True
+        answers every protocol extension UNKNOWN_COMMAND, as beanstalkd 1.12
+        does; retry_limit (and dead_letter_tube, bytes) applies to every tube
+        without a retry-limit of its own (retry.pxi). Without hooks
+        (in-process tests) the caller calls tick(), end_turn() and take_wal()."""
         self.binlog_max_size = binlog_max_size
-        self.next_id = 1
-        self.tube_by_name = {}
-        self.dirty = []
         self.max_job_size = max_job_size
         self.max_memory = max_memory or 0
         self.batch_limit = batch_limit
-        self.drain_mode = False
-        self.armed_at = INT64_MAX
         self.arm = arm
         self.end_turn_soon = end_turn_soon
         self.on_wake = on_wake
@@ -154,37 +199,10 @@ cdef class Core:
         self.strict = strict
         self.drop_others = drop_others
         self.lease_over = lease_over
-        self.lease_end = INT64_MAX
-        self.started_mono = mono_ns()
-        self.instance_id = os.urandom(8).hex().encode()
-        u = os.uname()
-        self.hostname = u.nodename.encode()
-        self.os_version = u.version.encode()
-        self.machine = u.machine.encode()
         self.version = version if isinstance(version, bytes) else version.encode()
-        self.keys = {}
-        self.job_keys = {}
-        self.gone = {}
-        self.policies = {}
-        self.origins = {}
         self.default_policy = (int(retry_limit), dead_letter_tube or None) if retry_limit else None
-        self.ext_items = {}
-        self.schedules = {}
-        self.sched_fired = {}
-        self.sched_at = INT64_MAX
         self.on_fire = on_fire
-        self.wal_on = False
-        self.wba = bytearray()
-        self.wsegs = []
-        self.held = []
-        self.turn = []
-        self.default_tube = tube_get(self, b"default", 7, True)
-        tube_incref(self.default_tube)        # default is never freed
-        # A new server gives back what start-up left once it has been idle
-        # for a moment, as after every busy spell (mem.pxi).
-        self.idle_reads = self.nreads
-        self.idle_at = mono_ns() + IDLE_WAIT
-        rearm(self)
+        _start_empty(self)
 
     def __dealloc__(self):
         # Process exit normally frees everything; this matters for tests that
@@ -239,27 +257,8 @@ cdef class Core:
         seconds until the next call is needed (0.0 when work is left over), or
         None when nothing is scheduled.
         """
-        cdef int64_t now = mono_ns()
-        cdef Py_ssize_t done
         enter(self)
-        if lease_lost(self):
-            # a reserve timing out or a job coming due could reveal a stale
-            # queue too; set_lease() arms the timer again
-            self.armed_at = INT64_MAX
-            return None
-        done = queue_tick(self, now, budget)
-        done += sched_tick(self, budget - done if done < budget else 0, False)
-        flush_dirty(self)
-        mem_trim(self)
-        mem_idle(self, now)
-        if done >= budget:
-            self.armed_at = now
-            return 0.0
-        self.armed_at = next_deadline(self)
-        if self.armed_at == INT64_MAX:
-            return None
-        now = mono_ns()
-        return 0.0 if self.armed_at <= now else (self.armed_at - now) / 1e9
+        return _tick(self, budget)
 
     # -- state ---------------------------------------------------------------------
 
@@ -313,18 +312,12 @@ cdef class Core:
         """The tube (bytes) a retry limit moved job id from to its dead-letter
         tube, or None: no such job, not a dead letter, or moved since by
         move-job (retry.pxi). The console requeues a dead letter there."""
-        cdef Job *j = job_find(self, id)
-        if j == NULL or not j.flags & JOB_ORIGIN:
-            return None
-        return self.origins[id]
+        return inspect_origin(self, id)
 
     def job_tube(self, uint64_t id):
         """The name of the tube job id is in, or None if there is no such job
         (roles: a restricted client may touch only jobs of its tubes)."""
-        cdef Job *j = job_find(self, id)
-        if j == NULL or j.state == JOB_INVALID:
-            return None
-        return <bytes>j.tube.name
+        return inspect_tube_of(self, id)
 
     # -- what the console reads (inspect.pxi) --------------------------------------
 

@@ -6,8 +6,8 @@
 # call here is read-only: nothing is logged, no reply is held, and no
 # command counter moves, so what a beanstalk client sees stays the same.
 #
-# Offers: inspect_job, inspect_body, inspect_counters, inspect_tube,
-#   inspect_conn, Listing, Scan.
+# Offers: inspect_job, inspect_body, inspect_tube_of, inspect_origin,
+#   inspect_counters, inspect_tube, inspect_conn, Listing, Scan.
 # Python: Listing, Scan.
 # Uses: clock, tube, job, stats, list.
 
@@ -63,6 +63,22 @@ cdef bytes inspect_body(Core core, uint64_t id, Py_ssize_t limit):
     if 0 <= limit < n:
         n = limit
     return PyBytes_FromStringAndSize(j.body, n)
+
+
+cdef object inspect_tube_of(Core core, uint64_t id):
+    # the name of the tube job id is in, or None
+    cdef Job *j = job_find(core, id)
+    if j == NULL or j.state == JOB_INVALID:
+        return None
+    return <bytes>j.tube.name
+
+
+cdef object inspect_origin(Core core, uint64_t id):
+    # the tube a retry limit moved job id from (core.origins, retry.pxi), or None
+    cdef Job *j = job_find(core, id)
+    if j == NULL or not j.flags & JOB_ORIGIN:
+        return None
+    return core.origins[id]
 
 
 cdef dict inspect_counters(Core core):

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Incremental parser of the beanstalk protocol (see parser.pxd)."""
 
-from libc.string cimport memchr, memcpy, memcmp
+from libc.string cimport memchr, memcpy, memcmp, strlen
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX, UINT64_MAX
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_GET_SIZE
@@ -123,10 +123,6 @@ cdef bint _read_seconds(const char *p, const char *end, int64_t *ns) noexcept:
         return False
     ns[0] = <int64_t>whole * 1000000000 + frac
     return True
-
-
-cdef inline bint _is(const char *s, Py_ssize_t n, const char *word, Py_ssize_t wn) noexcept:
-    return n >= wn and memcmp(s, word, wn) == 0
 
 
 cdef void _set_name(Cmd *cmd, const char *p, const char *end, int op) noexcept:
@@ -309,16 +305,130 @@ cdef void _sched_args(Cmd *cmd, const char *p, const char *end) noexcept:
         cmd.err = ERR_NONE
 
 
+# -- the verbs -----------------------------------------------------------------------
+#
+# Each verb: its text (with the space that must follow, where one must), the
+# op it gives, and how the rest of the line is read (A_*). A line is matched
+# against the verbs of its first byte as prefixes, in beanstalkd's order, so
+# e.g. "stats-job" (no space) lands on "stats" and is then a BAD_FORMAT. A
+# new command is a line here and, if its arguments are new, a case in
+# _read_args.
+
+cdef enum:
+    A_OP            # the op, whatever follows (quit)
+    A_EXACT         # the op if nothing follows, else BAD_FORMAT
+    A_EXT_EXACT     # an extension's: the op, with BAD_FORMAT attached if anything follows
+    A_ID            # a job id, to the end of the line
+    A_NAME          # a tube name, to the end of the line
+    A_EXT_NAME      # an extension's " <tube>" (_ext_name)
+    A_PUT
+    A_RELEASE
+    A_BURY
+    A_KICK
+    A_PAUSE_TUBE
+    A_RESERVE
+    A_RESERVE_TIMEOUT
+    A_RESERVE_BATCH
+    A_RETRY_LIMIT
+    A_REPRIORITIZE
+    A_MOVE
+    A_IDS           # delete-batch, delete-each
+    A_LIST_TUBE
+    A_SCHEDULE
+    A_ADVANCE
+    MAX_VERBS = 64
+
+
+cdef struct Verb:
+    const char *word
+    Py_ssize_t len
+    int op
+    int args
+
+
+cdef Verb _verbs[MAX_VERBS]
+cdef int _nverbs = 0
+cdef int _first[257]        # the verbs of first byte c are _verbs[_first[c]:_first[c + 1]]
+
+
+cdef int _verb(const char *word, int op, int args) except -1:
+    global _nverbs
+    if _nverbs == MAX_VERBS:
+        raise RuntimeError("parser.pyx: more verbs than MAX_VERBS")
+    _verbs[_nverbs].word = word
+    _verbs[_nverbs].len = strlen(word)
+    _verbs[_nverbs].op = op
+    _verbs[_nverbs].args = args
+    _nverbs += 1
+    return 0
+
+
+cdef int _index() except -1:
+    # verbs are listed in order of their first byte; a verb out of order
+    # would never be matched
+    cdef int c, i = 0
+    for c in range(256):
+        _first[c] = i
+        while i < _nverbs and <unsigned char>_verbs[i].word[0] == c:
+            i += 1
+    _first[256] = i
+    if i != _nverbs:
+        raise RuntimeError("parser.pyx: verb %r is out of order" % <bytes>_verbs[i].word)
+    return 0
+
+
+# beanstalkd's verbs and fastbean's (which 1.12 answers UNKNOWN_COMMAND, and
+# --strict too), by first byte; within one, in the order they are tried
+_verb(b"bury ", OP_BURY, A_BURY)
+_verb(b"delete ", OP_DELETE, A_ID)
+_verb(b"delete-batch", OP_DELETE_BATCH, A_IDS)
+_verb(b"delete-each", OP_DELETE_EACH, A_IDS)            # delete-batch, the ids not found in the reply
+_verb(b"fastbean-stats", OP_EXT, A_EXT_EXACT)
+_verb(b"fastbean-reset", OP_TEST_RESET, A_EXT_EXACT)    # --testing's: UNKNOWN_COMMAND without it
+_verb(b"fastbean-clock-advance ", OP_TEST_ADVANCE, A_ADVANCE)
+_verb(b"flush-tube", OP_FLUSH_TUBE, A_EXT_NAME)
+_verb(b"flush-buried", OP_FLUSH_BURIED, A_EXT_NAME)
+_verb(b"fire-schedule", OP_FIRE_SCHEDULE, A_EXT_NAME)
+_verb(b"ignore ", OP_IGNORE, A_NAME)
+_verb(b"kick ", OP_KICK, A_KICK)
+_verb(b"kick-job ", OP_KICK_JOB, A_ID)
+_verb(b"list-tubes-watched", OP_LIST_TUBES_WATCHED, A_EXACT)
+_verb(b"list-tube-used", OP_LIST_TUBE_USED, A_EXACT)
+_verb(b"list-tubes", OP_LIST_TUBES, A_EXACT)
+_verb(b"list-tube ", OP_LIST_TUBE, A_LIST_TUBE)         # the standard ones above take every other list-tube line
+_verb(b"list-schedules", OP_LIST_SCHEDULES, A_EXT_EXACT)
+_verb(b"move-job", OP_MOVE_JOB, A_MOVE)
+_verb(b"put ", OP_PUT, A_PUT)
+_verb(b"peek ", OP_PEEK, A_ID)
+_verb(b"peek-ready", OP_PEEK_READY, A_EXACT)
+_verb(b"peek-delayed", OP_PEEK_DELAYED, A_EXACT)
+_verb(b"peek-buried", OP_PEEK_BURIED, A_EXACT)
+_verb(b"pause-tube", OP_PAUSE_TUBE, A_PAUSE_TUBE)
+_verb(b"pause-schedule", OP_PAUSE_SCHEDULE, A_EXT_NAME)
+_verb(b"quit", OP_QUIT, A_OP)
+_verb(b"resume-schedule", OP_RESUME_SCHEDULE, A_EXT_NAME)
+_verb(b"reserve-with-timeout ", OP_RESERVE_TIMEOUT, A_RESERVE_TIMEOUT)
+_verb(b"reserve-job ", OP_RESERVE_JOB, A_ID)
+_verb(b"reserve-batch", OP_RESERVE_BATCH, A_RESERVE_BATCH)     # beanstalkd reads it as a bad reserve
+_verb(b"reserve", OP_RESERVE, A_RESERVE)
+_verb(b"retry-limit", OP_RETRY_LIMIT, A_RETRY_LIMIT)
+_verb(b"reprioritize-job", OP_REPRIORITIZE_JOB, A_REPRIORITIZE)
+_verb(b"release ", OP_RELEASE, A_RELEASE)
+_verb(b"stats-job ", OP_STATS_JOB, A_ID)
+_verb(b"stats-tube ", OP_STATS_TUBE, A_NAME)
+_verb(b"stats", OP_STATS, A_EXACT)
+_verb(b"schedule", OP_SCHEDULE, A_SCHEDULE)
+_verb(b"touch ", OP_TOUCH, A_ID)
+_verb(b"use ", OP_USE, A_NAME)
+_verb(b"unschedule", OP_UNSCHEDULE, A_EXT_NAME)
+_verb(b"watch ", OP_WATCH, A_NAME)
+_index()
+
+
 cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
-    # s[0:n] is one command line without its CRLF. Verbs are matched as
-    # prefixes in beanstalkd's order, so e.g. "stats-job" (no space) lands on
-    # "stats" and is then a BAD_FORMAT.
-    cdef const char *end = s + n
-    cdef const char *p
-    cdef uint64_t v
-    cdef bint neg
-    cdef int r
-    cdef char c
+    # s[0:n] is one command line without its CRLF
+    cdef const Verb *v
+    cdef int i, last
     cmd.op = OP_UNKNOWN
     cmd.err = ERR_NONE
     if memchr(s, 0, n) != NULL:
@@ -326,199 +436,128 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
         return
     if n == 0:
         return
-    c = s[0]
-    if c == c'p':
-        if _is(s, n, b"put ", 4):
-            p = _read_u32(s + 4, end, &cmd.pri)
-            if p != NULL:
-                p = _read_u32(p, end, &cmd.delay)
-            if p != NULL:
-                p = _read_u32(p, end, &cmd.ttr)
-            if p != NULL:
-                p = _read_u32(p, end, &cmd.nbytes)
-            if p == NULL:
-                cmd.op = OP_BAD_FORMAT
-            else:
-                cmd.op = OP_PUT
-                cmd.garbage = p != end
-                cmd.name, cmd.name_len = p, end - p     # a tag (idp:KEY) is the engine's to read
-        elif _is(s, n, b"peek ", 5):
-            cmd.op = OP_PEEK if _last_u64(s + 5, end, &cmd.id) else OP_BAD_FORMAT
-        elif _is(s, n, b"peek-ready", 10):
-            cmd.op = OP_PEEK_READY if n == 10 else OP_BAD_FORMAT
-        elif _is(s, n, b"peek-delayed", 12):
-            cmd.op = OP_PEEK_DELAYED if n == 12 else OP_BAD_FORMAT
-        elif _is(s, n, b"peek-buried", 11):
-            cmd.op = OP_PEEK_BURIED if n == 11 else OP_BAD_FORMAT
-        elif _is(s, n, b"pause-tube", 10):
-            # The name is the longest run of name bytes after any spaces;
-            # validity (leading '-', length) is checked after the counter moves.
-            p = s + 10
-            while p < end and p[0] == c' ':
-                p += 1
-            cmd.name = p
-            while p < end and name_byte(p[0]):
-                p += 1
-            cmd.name_len = p - cmd.name
-            if cmd.name_len == 0 or not _last_u32(p, end, &cmd.delay):
-                cmd.op = OP_BAD_FORMAT
-            else:
-                cmd.op = OP_PAUSE_TUBE
-                if not name_ok(cmd.name, cmd.name_len):
-                    cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"pause-schedule", 14):
-            _ext_name(cmd, s + 14, end, OP_PAUSE_SCHEDULE)
-    elif c == c'r':
-        if _is(s, n, b"resume-schedule", 15):
-            _ext_name(cmd, s + 15, end, OP_RESUME_SCHEDULE)
-        elif _is(s, n, b"reserve-with-timeout ", 21):
-            # 1.12 reads this with strtol into an int: no checks beyond
-            # overflow of a long, trailing bytes ignored, value truncated.
-            r = _c_strtoul(s + 21, end, &v, &neg)
-            if r == -2 or (r == 0 and ((not neg and v > <uint64_t>9223372036854775807) or
-                                       (neg and v > <uint64_t>9223372036854775808))):
-                cmd.op = OP_BAD_FORMAT
-            else:
-                cmd.op = OP_RESERVE_TIMEOUT
-                if r == -1:
-                    v = 0
-                if neg:
-                    v = (~v) + 1
-                cmd.timeout = <int32_t><uint32_t>(v & 0xffffffff)
-        elif _is(s, n, b"reserve-job ", 12):
-            cmd.op = OP_RESERVE_JOB if _last_u64(s + 12, end, &cmd.id) else OP_BAD_FORMAT
-        elif _is(s, n, b"reserve-batch", 13):
-            # fastbean's (and tuber's); beanstalkd reads it as a bad reserve
-            cmd.op = OP_RESERVE_BATCH
-            if not _batch_args(cmd, s + 13, end):
+    i = _first[<unsigned char>s[0]]
+    last = _first[<unsigned char>s[0] + 1]
+    while i < last:
+        v = &_verbs[i]
+        if n >= v.len and memcmp(s, v.word, v.len) == 0:
+            _read_args(v, s + v.len, s + n, cmd)
+            return
+        i += 1
+
+
+cdef inline void _read_args(const Verb *v, const char *p, const char *end, Cmd *cmd) noexcept:
+    # the rest of the line, p to end, as verb v takes it
+    cdef uint64_t u
+    cdef bint neg
+    cdef int r
+    cdef int args = v.args
+    cdef int op = v.op
+    if args == A_PUT:
+        p = _read_u32(p, end, &cmd.pri)
+        if p != NULL:
+            p = _read_u32(p, end, &cmd.delay)
+        if p != NULL:
+            p = _read_u32(p, end, &cmd.ttr)
+        if p != NULL:
+            p = _read_u32(p, end, &cmd.nbytes)
+        if p == NULL:
+            cmd.op = OP_BAD_FORMAT
+        else:
+            cmd.op = op
+            cmd.garbage = p != end
+            cmd.name, cmd.name_len = p, end - p     # a tag (idp:KEY) is the engine's to read
+    elif args == A_ID:
+        cmd.op = op if _last_u64(p, end, &cmd.id) else OP_BAD_FORMAT
+    elif args == A_EXACT:
+        cmd.op = op if p == end else OP_BAD_FORMAT
+    elif args == A_NAME:
+        _set_name(cmd, p, end, op)
+    elif args == A_RESERVE:
+        cmd.op = op if p == end else OP_BAD_FORMAT
+        cmd.timeout = -1
+    elif args == A_RESERVE_TIMEOUT:
+        # 1.12 reads this with strtol into an int: no checks beyond
+        # overflow of a long, trailing bytes ignored, value truncated.
+        r = _c_strtoul(p, end, &u, &neg)
+        if r == -2 or (r == 0 and ((not neg and u > <uint64_t>9223372036854775807) or
+                                   (neg and u > <uint64_t>9223372036854775808))):
+            cmd.op = OP_BAD_FORMAT
+        else:
+            cmd.op = op
+            if r == -1:
+                u = 0
+            if neg:
+                u = (~u) + 1
+            cmd.timeout = <int32_t><uint32_t>(u & 0xffffffff)
+    elif args == A_RELEASE:
+        p = _read_uint(p, end, UINT64_MAX, &cmd.id)
+        if p != NULL:
+            p = _read_u32(p, end, &cmd.pri)
+        cmd.op = op if p != NULL and _last_u32(p, end, &cmd.delay) else OP_BAD_FORMAT
+    elif args == A_BURY:
+        p = _read_uint(p, end, UINT64_MAX, &cmd.id)
+        cmd.op = op if p != NULL and _last_u32(p, end, &cmd.pri) else OP_BAD_FORMAT
+    elif args == A_KICK:
+        # strtoul with no checks: sign, white space and trailing bytes
+        # pass; the count is then an unsigned int.
+        r = _c_strtoul(p, end, &u, &neg)
+        if r < 0:
+            cmd.op = OP_BAD_FORMAT
+        else:
+            if neg:
+                u = (~u) + 1
+            cmd.op = op
+            cmd.bound = <uint32_t>(u & 0xffffffff)
+    elif args == A_PAUSE_TUBE:
+        # The name is the longest run of name bytes after any spaces;
+        # validity (leading '-', length) is checked after the counter moves.
+        while p < end and p[0] == c' ':
+            p += 1
+        cmd.name = p
+        while p < end and name_byte(p[0]):
+            p += 1
+        cmd.name_len = p - cmd.name
+        if cmd.name_len == 0 or not _last_u32(p, end, &cmd.delay):
+            cmd.op = OP_BAD_FORMAT
+        else:
+            cmd.op = op
+            if not name_ok(cmd.name, cmd.name_len):
                 cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"reserve", 7):
-            cmd.op = OP_RESERVE if n == 7 else OP_BAD_FORMAT
-            cmd.timeout = -1
-        elif _is(s, n, b"retry-limit", 11):
-            # fastbean's; beanstalkd does not know it
-            cmd.op = OP_RETRY_LIMIT
-            if not _retry_args(cmd, s + 11, end):
-                cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"reprioritize-job", 16):
-            # fastbean's; beanstalkd does not know it
-            cmd.op = OP_REPRIORITIZE_JOB
-            if not _repri_args(cmd, s + 16, end):
-                cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"release ", 8):
-            p = _read_uint(s + 8, end, UINT64_MAX, &cmd.id)
-            if p != NULL:
-                p = _read_u32(p, end, &cmd.pri)
-            if p != NULL and _last_u32(p, end, &cmd.delay):
-                cmd.op = OP_RELEASE
-            else:
-                cmd.op = OP_BAD_FORMAT
-    elif c == c'd':
-        if _is(s, n, b"delete ", 7):
-            cmd.op = OP_DELETE if _last_u64(s + 7, end, &cmd.id) else OP_BAD_FORMAT
-        elif _is(s, n, b"delete-batch", 12):
-            # fastbean's (and tuber's); beanstalkd does not know it
-            cmd.op = OP_DELETE_BATCH
-            if not _ids(cmd, s + 12, end):
-                cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"delete-each", 11):
-            # fastbean's: delete-batch with the ids not found in the reply
-            cmd.op = OP_DELETE_EACH
-            if not _ids(cmd, s + 11, end):
-                cmd.err = ERR_BAD_FORMAT
-    elif c == c'b':
-        if _is(s, n, b"bury ", 5):
-            p = _read_uint(s + 5, end, UINT64_MAX, &cmd.id)
-            if p != NULL and _last_u32(p, end, &cmd.pri):
-                cmd.op = OP_BURY
-            else:
-                cmd.op = OP_BAD_FORMAT
-    elif c == c'k':
-        if _is(s, n, b"kick ", 5):
-            # strtoul with no checks: sign, white space and trailing bytes
-            # pass; the count is then an unsigned int.
-            r = _c_strtoul(s + 5, end, &v, &neg)
-            if r < 0:
-                cmd.op = OP_BAD_FORMAT
-            else:
-                if neg:
-                    v = (~v) + 1
-                cmd.op = OP_KICK
-                cmd.bound = <uint32_t>(v & 0xffffffff)
-        elif _is(s, n, b"kick-job ", 9):
-            cmd.op = OP_KICK_JOB if _last_u64(s + 9, end, &cmd.id) else OP_BAD_FORMAT
-    elif c == c't':
-        if _is(s, n, b"touch ", 6):
-            cmd.op = OP_TOUCH if _last_u64(s + 6, end, &cmd.id) else OP_BAD_FORMAT
-    elif c == c's':
-        if _is(s, n, b"stats-job ", 10):
-            cmd.op = OP_STATS_JOB if _last_u64(s + 10, end, &cmd.id) else OP_BAD_FORMAT
-        elif _is(s, n, b"stats-tube ", 11):
-            _set_name(cmd, s + 11, end, OP_STATS_TUBE)
-        elif _is(s, n, b"stats", 5):
-            cmd.op = OP_STATS if n == 5 else OP_BAD_FORMAT
-        elif _is(s, n, b"schedule", 8):
-            _sched_args(cmd, s + 8, end)
-    elif c == c'u':
-        if _is(s, n, b"use ", 4):
-            _set_name(cmd, s + 4, end, OP_USE)
-        elif _is(s, n, b"unschedule", 10):
-            _ext_name(cmd, s + 10, end, OP_UNSCHEDULE)
-    elif c == c'w':
-        if _is(s, n, b"watch ", 6):
-            _set_name(cmd, s + 6, end, OP_WATCH)
-    elif c == c'i':
-        if _is(s, n, b"ignore ", 7):
-            _set_name(cmd, s + 7, end, OP_IGNORE)
-    elif c == c'l':
-        if _is(s, n, b"list-tubes-watched", 18):
-            cmd.op = OP_LIST_TUBES_WATCHED if n == 18 else OP_BAD_FORMAT
-        elif _is(s, n, b"list-tube-used", 14):
-            cmd.op = OP_LIST_TUBE_USED if n == 14 else OP_BAD_FORMAT
-        elif _is(s, n, b"list-tubes", 10):
-            cmd.op = OP_LIST_TUBES if n == 10 else OP_BAD_FORMAT
-        elif _is(s, n, b"list-tube ", 10):
-            # fastbean's: the standard ones above take every other list-tube line
-            cmd.op = OP_LIST_TUBE
-            if not _list_args(cmd, s + 10, end):
-                cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"list-schedules", 14):
-            cmd.op = OP_LIST_SCHEDULES
-            if n != 14:
-                cmd.err = ERR_BAD_FORMAT
-    elif c == c'm':
-        if _is(s, n, b"move-job", 8):
-            # fastbean's; beanstalkd does not know it
-            cmd.op = OP_MOVE_JOB
-            if not _move_args(cmd, s + 8, end):
-                cmd.err = ERR_BAD_FORMAT
-    elif c == c'q':
-        if _is(s, n, b"quit", 4):
-            cmd.op = OP_QUIT
-    elif c == c'f':
-        # fastbean's own commands; beanstalkd answers UNKNOWN_COMMAND to these.
-        # A malformed one keeps its op, with err set, so that --strict can
-        # answer UNKNOWN_COMMAND to it as beanstalkd does.
-        if _is(s, n, b"fastbean-stats", 14):
-            cmd.op = OP_EXT
-            if n != 14:
-                cmd.err = ERR_BAD_FORMAT
-        # Test-only: a malformed one is still this op, with err set, so that
-        # without --testing it gets UNKNOWN_COMMAND like any unknown line.
-        elif _is(s, n, b"fastbean-reset", 14):
-            cmd.op = OP_TEST_RESET
-            if n != 14:
-                cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"fastbean-clock-advance ", 23):
-            cmd.op = OP_TEST_ADVANCE
-            if not _read_seconds(s + 23, end, &cmd.advance_ns):
-                cmd.err = ERR_BAD_FORMAT
-        elif _is(s, n, b"flush-tube", 10):
-            _ext_name(cmd, s + 10, end, OP_FLUSH_TUBE)
-        elif _is(s, n, b"flush-buried", 12):
-            _ext_name(cmd, s + 12, end, OP_FLUSH_BURIED)
-        elif _is(s, n, b"fire-schedule", 13):
-            _ext_name(cmd, s + 13, end, OP_FIRE_SCHEDULE)
+    elif args == A_OP:
+        cmd.op = op
+    elif args == A_SCHEDULE:
+        _sched_args(cmd, p, end)
+    elif args == A_EXT_NAME:
+        _ext_name(cmd, p, end, op)
+    else:
+        # fastbean's own commands, which beanstalkd answers UNKNOWN_COMMAND:
+        # a malformed one keeps its op, with err set, so that --strict (and,
+        # for the test-only ones, a server without --testing) can answer
+        # UNKNOWN_COMMAND to it as to any unknown line
+        cmd.op = op
+        if not _ext_args(args, p, end, cmd):
+            cmd.err = ERR_BAD_FORMAT
+
+
+cdef inline bint _ext_args(int args, const char *p, const char *end, Cmd *cmd) noexcept:
+    if args == A_EXT_EXACT:
+        return p == end
+    if args == A_RESERVE_BATCH:
+        return _batch_args(cmd, p, end)
+    if args == A_IDS:
+        return _ids(cmd, p, end)
+    if args == A_LIST_TUBE:
+        return _list_args(cmd, p, end)
+    if args == A_RETRY_LIMIT:
+        return _retry_args(cmd, p, end)
+    if args == A_REPRIORITIZE:
+        return _repri_args(cmd, p, end)
+    if args == A_MOVE:
+        return _move_args(cmd, p, end)
+    if args == A_ADVANCE:
+        return _read_seconds(p, end, &cmd.advance_ns)
+    return False
 
 
 cdef inline bint _long_start(const char *p) noexcept:

@@ -489,3 +489,45 @@ def test_benchmarks_and_tools_share_only_the_support_package():
                 if m and not (m.group(1) + ".").startswith("tests.support."):
                     wrong.append("%s: %s" % (os.path.relpath(path, ROOT), line.strip()))
     assert wrong == []
+
+
+# -- size ---------------------------------------------------------------------------------
+
+MAX_CLASS_LINES = 300
+# The clients' command surface: one method per protocol command, each a few lines.
+BIG_CLASSES_ALLOWED = {("client/_sync.py", "Client"), ("client/_async.py", "AsyncClient")}
+
+
+def class_sizes(path):
+    """(lines, name) of each top-level class of a .py, .pyx or .pxi file,
+    from its first line to its last non-blank one."""
+    lines = open(path).read().split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        m = re.match(r"(?:cdef )?class (\w+)", lines[i])
+        if not m:
+            i += 1
+            continue
+        start = last = i
+        i += 1
+        while i < len(lines) and (lines[i] == "" or lines[i][0] in " \t#"):
+            if lines[i].strip() and not lines[i].startswith("#"):
+                last = i
+            i += 1
+        out.append((last - start + 1, m.group(1)))
+    return out
+
+
+def test_no_class_is_over_300_lines():
+    # One class, one concern: a class past this has two, and the next change
+    # to it is harder to review than it needs to be.
+    big = []
+    package = os.path.join(ROOT, "fastbean")
+    for path in glob.glob(os.path.join(package, "**", "*.*"), recursive=True):
+        if not path.endswith((".py", ".pyx", ".pxi")):
+            continue
+        rel = os.path.relpath(path, package)
+        for lines, name in class_sizes(path):
+            if lines > MAX_CLASS_LINES and (rel, name) not in BIG_CLASSES_ALLOWED:
+                big.append("%s: %s is %d lines" % (rel, name, lines))
+    assert big == []
