@@ -270,7 +270,7 @@ def test_a_nats_cluster_starts_though_a_port_is_taken_meanwhile(tmp_path, monkey
     # free_port() hands out a port that is free when it looks; another process
     # may bind it before nats-server does. The cluster starts again on other
     # ports, and leaves no server of the failed start behind.
-    from tests import natscluster
+    from tests.support import natscluster
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
