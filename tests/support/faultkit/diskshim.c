@@ -12,11 +12,14 @@
  * survive: the shim overwrites them with zeros (a real pwrite through a file
  * of its own), and forgets them (the pages are clean now).
  *
- * A sync of the same file that was in flight when the fault was injected
- * fails with EIO too, without a log line of its own: the bytes it was
- * writing back are among the zeroed ones, and Linux reports a failed
- * writeback to every file description whose fsync waited on it (errseq).
- * Without that, the shim would report durable what it has just zeroed.
+ * As Linux does (errseq), the failure is then reported once to every open
+ * file description of the file: the next fdatasync/fsync through each
+ * other descriptor fails with EIO too, without a log line of its own, and
+ * so does one that was in flight. Descriptors are followed from their
+ * open (open, open64, openat, openat64), the error count of their file
+ * noted then; one the shim did not see opened counts from its sync's start.
+ * Without that, a sync through another descriptor would report durable
+ * what the failure has just zeroed.
  *
  * While the file named by $FAULTKIT_WRITE_TRIGGER exists, the next pwrite or
  * write to such a file fails with EIO, writes nothing, and consumes it.
@@ -42,6 +45,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +78,12 @@ struct file {
 #define MAXFILES 256
 static struct file files[MAXFILES];
 static size_t nfiles;
+
+/* For each descriptor opened on a watched file: the file, and its failures
+ * this descriptor has been told of (errseq's per-description cursor). */
+#define MAXFDS 65536
+struct desc { dev_t dev; ino_t ino; uint64_t seen; int valid; };
+static struct desc descs[MAXFDS];
 
 static void init(void)
 {
@@ -144,6 +154,27 @@ static void note(struct file *f, off_t start, off_t end)
     f->r[f->n++] = (struct range){start, end, f->epoch};
 }
 
+typedef int (*open_fn)(const char *, int, ...);
+typedef int (*openat_fn)(int, const char *, int, ...);
+static open_fn real_open, real_open64;
+static openat_fn real_openat, real_openat64;
+static pthread_once_t open_once = PTHREAD_ONCE_INIT;
+
+static void open_init(void)
+{
+    real_open = (open_fn)dlsym(RTLD_NEXT, "open");
+    real_open64 = (open_fn)dlsym(RTLD_NEXT, "open64");
+    real_openat = (openat_fn)dlsym(RTLD_NEXT, "openat");
+    real_openat64 = (openat_fn)dlsym(RTLD_NEXT, "openat64");
+}
+
+/* The shim's own opens (its log, the triggers, zeroing): not followed. */
+static int raw_open(const char *path, int flags, mode_t mode)
+{
+    pthread_once(&open_once, open_init);
+    return real_open(path, flags, mode);
+}
+
 static void logline(const char *what, int fd, const char *path, long long bytes, size_t ranges)
 {
     char line[4608];
@@ -151,7 +182,7 @@ static void logline(const char *what, int fd, const char *path, long long bytes,
         return;
     int n = snprintf(line, sizeof line, "%s pid=%d tid=%ld fd=%d bytes=%lld ranges=%zu path=%s\n",
                      what, getpid(), (long)syscall(SYS_gettid), fd, bytes, ranges, path);
-    int out = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int out = raw_open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (out >= 0) {
         real_write(out, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
         close(out);
@@ -165,7 +196,7 @@ static int take(const char *trigger)
     char buf[32], *end;
     if (!trigger)
         return 0;
-    int fd = open(trigger, O_RDWR | O_CLOEXEC);
+    int fd = raw_open(trigger, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
         return 0;
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
@@ -190,7 +221,7 @@ static long long drop_unsynced(struct file *f, const char *path)
 {
     static const char zeros[65536];
     long long bytes = 0;
-    int out = open(path, O_WRONLY | O_CLOEXEC);
+    int out = raw_open(path, O_WRONLY | O_CLOEXEC, 0);
     for (size_t i = 0; out >= 0 && i < f->n; i++) {
         for (off_t pos = f->r[i].start; pos < f->r[i].end;) {
             size_t len = f->r[i].end - pos < (off_t)sizeof zeros ? (size_t)(f->r[i].end - pos)
@@ -275,6 +306,81 @@ ssize_t write(int fd, const void *buf, size_t n)
     return do_write(fd, buf, n, 0, 0, NULL);
 }
 
+/* A descriptor just opened: if its file is watched, it is told of the
+ * failures from now on only. */
+static int opened(int fd)
+{
+    char path[4096];
+    int saved = errno;
+    if (fd >= 0 && fd < MAXFDS && watched(fd, path, sizeof path)) {
+        pthread_mutex_lock(&mu);
+        struct file *f = file_of(fd);
+        if (f)
+            descs[fd] = (struct desc){f->dev, f->ino, f->failures, 1};
+        pthread_mutex_unlock(&mu);
+    }
+    errno = saved;
+    return fd;
+}
+
+static mode_t mode_of(int flags, va_list ap)
+{
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
+}
+
+int open(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_of(flags, ap);
+    va_end(ap);
+    pthread_once(&open_once, open_init);
+    return opened(real_open(path, flags, mode));
+}
+
+int open64(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_of(flags, ap);
+    va_end(ap);
+    pthread_once(&open_once, open_init);
+    return opened((real_open64 ? real_open64 : real_open)(path, flags, mode));
+}
+
+int openat(int dirfd, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_of(flags, ap);
+    va_end(ap);
+    pthread_once(&open_once, open_init);
+    return opened(real_openat(dirfd, path, flags, mode));
+}
+
+int openat64(int dirfd, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = mode_of(flags, ap);
+    va_end(ap);
+    pthread_once(&open_once, open_init);
+    return opened((real_openat64 ? real_openat64 : real_openat)(dirfd, path, flags, mode));
+}
+
+/* Under mu: the failures of f that fd has not been told of yet (from
+ * `since`, the count at its sync's start, if the shim did not see it
+ * opened); fd is told of them now. */
+static uint64_t untold(int fd, struct file *f, uint64_t since)
+{
+    uint64_t seen = since;
+    if (fd >= 0 && fd < MAXFDS && descs[fd].valid && descs[fd].dev == f->dev && descs[fd].ino == f->ino) {
+        seen = descs[fd].seen;
+        descs[fd].seen = f->failures;
+    }
+    return f->failures > seen ? f->failures - seen : 0;
+}
+
 static int do_sync(int fd, sync_fn fn)
 {
     char path[4096];
@@ -287,8 +393,10 @@ static int do_sync(int fd, sync_fn fn)
     if (err) {
         size_t ranges = f->n;
         long long bytes = err == EIO ? drop_unsynced(f, path) : 0;
-        if (err == EIO)
+        if (err == EIO) {
             f->failures++;
+            untold(fd, f, f->failures);         /* this descriptor is told now */
+        }
         logline(err == EIO ? "sync-eio" : "sync-shortage", fd, path, bytes, ranges);
         pthread_mutex_unlock(&mu);
         errno = err;
@@ -302,8 +410,9 @@ static int do_sync(int fd, sync_fn fn)
     if (rc == 0 && started) {
         pthread_mutex_lock(&mu);
         f = file_of(fd);        /* the table may have moved meanwhile */
-        if (f && f->failures != failures) {
-            /* a fault zeroed what this sync was writing back: it failed too */
+        if (f && untold(fd, f, failures)) {
+            /* a failure since this descriptor last looked: the bytes this
+             * sync was to write back may be among the zeroed ones */
             pthread_mutex_unlock(&mu);
             errno = EIO;
             return -1;
