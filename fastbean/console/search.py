@@ -4,7 +4,7 @@ a time budget, run in slices with a loop turn between them, one at a time
 per session, and cancellable (a new search ends the old one).
 
 A substring is matched in the engine, a slice at a time. A regular
-expression can take any time on one body (a(.*)*b on a long one), so the
+expression can take any time on one body ((x+x+)+y on a long one), so the
 loop only copies a slice's bodies out, and the `regex` module matches them
 in a thread of its own with the GIL released: the loop never waits on a
 match, and the search's time budget is the match's timeout."""
