@@ -245,6 +245,9 @@ def test_audit_catches_lost_jobs_and_passes_an_intact_server(tmp_path):
         server = watchdog.watch(FastbeanProcess("lone", tmp_path))
         work = Workload(server, producers=2, deleters=1, readers=1, seed=1).start()
         work.wait_for(puts=300, deletes=50)
+        deadline = time.monotonic() + 60      # the reader has something to check too
+        while not work.reads and time.monotonic() < deadline:
+            time.sleep(0.02)
         work.stop()
         audit = work.audit(watchdog=watchdog).assert_ok()
         assert audit.counts["acked_puts"] >= 300 and audit.counts["reads"] > 0
