@@ -26,6 +26,7 @@ webdriver = pytest.importorskip("selenium.webdriver")
 if not os.path.exists(CHROMEDRIVER) or shutil.which("chromium") is None:
     pytest.skip("no chromium and chromedriver (apt-get install chromium chromium-driver)", allow_module_level=True)
 
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
@@ -130,6 +131,21 @@ def submit(driver, button):
     wait_for(lambda: driver.execute_script("return document.readyState") == "complete")
 
 
+def submit_form(driver, selector, fill=lambda form: None):
+    """Fill the form `selector` and submit it; again if the page's live
+    update replaced it meanwhile (chromium then says the node "does not
+    belong to the document")."""
+    for attempt in range(3):
+        try:
+            form = driver.find_element(By.CSS_SELECTOR, selector)
+            fill(form)
+            return submit(driver, form.find_element(By.TAG_NAME, "button"))
+        except (StaleElementReferenceException, WebDriverException) as e:
+            if attempt == 2 or not (isinstance(e, StaleElementReferenceException)
+                                    or "does not belong to the document" in str(e)):
+                raise
+
+
 def flash(driver):
     found = driver.find_elements(By.CSS_SELECTOR, ".flash")
     return found[0].text if found else ""
@@ -137,14 +153,15 @@ def flash(driver):
 
 def test_actions_from_the_page(driver, node):
     driver.get(node.url + "/tubes/emails")
-    form = driver.find_element(By.CSS_SELECTOR, "form[action='/tubes/emails/pause']")
-    seconds = form.find_element(By.NAME, "seconds")
-    seconds.clear()
-    seconds.send_keys("90")
-    submit(driver, form.find_element(By.TAG_NAME, "button"))
+
+    def ninety(form):
+        seconds = form.find_element(By.NAME, "seconds")
+        seconds.clear()
+        seconds.send_keys("90")
+    submit_form(driver, "form[action='/tubes/emails/pause']", ninety)
     assert "PAUSED" in flash(driver)
     assert node.client().stats_tube("emails")["pause"] == 90
-    submit(driver, driver.find_element(By.CSS_SELECTOR, "form[action='/tubes/emails/resume'] button"))
+    submit_form(driver, "form[action='/tubes/emails/resume']")
     assert "PAUSED" in flash(driver)
     assert node.client().stats_tube("emails")["pause"] == 0
     assert problems(driver) == []
