@@ -227,11 +227,19 @@ class AsyncClient:
                 try:
                     writer.write(call.data)
                     await writer.drain()
-                except (OSError, ssl.SSLError) as e:
+                except (OSError, ssl.SSLError, RuntimeError) as e:
+                    # RuntimeError: uvloop's transport was closed under us (the
+                    # peer reset it while an earlier command read its reply)
                     done.set_result(None)
                     self._close_if(mine)
                     lost: ConnectionLost | None = ConnectionLost(
                         "lost the connection to %s: %s" % (self.where, _reason(e)))
+                except BaseException:
+                    # cancelled while writing: the commands after this one must
+                    # not wait for its turn, and its reply would answer them
+                    done.set_result(None)
+                    self._close_if(mine)
+                    raise
                 else:
                     lost = None
             try:
@@ -291,7 +299,7 @@ class AsyncClient:
         except asyncio.TimeoutError:
             self._close()
             raise NoReply("no reply from %s after waiting %gs" % (self.where, limit or 0)) from None
-        except (OSError, ssl.SSLError) as e:
+        except (OSError, ssl.SSLError, RuntimeError) as e:     # RuntimeError: as in _run
             self._close()
             raise ConnectionLost("lost the connection to %s: %s" % (self.where, _reason(e))) from None
         except ConnectionLost:

@@ -600,6 +600,8 @@ def _reason(err: BaseException) -> str:
         return "the server's certificate is not trusted: %s" % err.verify_message
     if isinstance(err, ssl.SSLError):
         return "TLS: " + (err.reason.lower().replace("_", " ") if err.reason else str(err))
+    if isinstance(err, RuntimeError):
+        return "the connection was closed"     # uvloop, writing to a transport it closed
     if not isinstance(err, OSError):
         return "not a usable address (%s)" % err
     return err.strerror or str(err)

@@ -587,3 +587,27 @@ def test_pipelined_commands_each_get_their_own_reply(node):
                 await slow
             assert not a.connected
     asyncio.run(main())
+
+
+def test_a_connection_reset_between_commands_does_not_stall_the_next(node):
+    # uvloop raises RuntimeError, not OSError, writing to a transport the peer
+    # reset and the loop closed: the command must say the connection is lost,
+    # and the commands after it must not wait for its turn (a worker whose
+    # server was killed -9 stalled on this).
+    import uvloop
+
+    async def main():
+        async with AsyncClient(node.address, reconnect=QUICK) as a:
+            tube = fresh("reset")
+            await a.use(tube)
+            await a.put(b"x")
+            a._writer.transport.close()     # what the loop does once the peer resets
+            await asyncio.sleep(0)
+            with pytest.raises(ConnectionLost, match="the connection was closed"):
+                await a.put(b"y")           # not idempotent: not sent again
+            assert (await asyncio.wait_for(a.stats_tube(tube), 10))["current-jobs-ready"] == 1
+    loop = uvloop.new_event_loop()      # the loop fastbean's worker runs on
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
