@@ -90,7 +90,7 @@ def random_chunks(data, seed=1, lo=1, hi=64):
 def test_parser_puts_one_chunk(benchmark):
     out = benchmark(parse_whole, PUTS)
     assert len(out) == 2 * BATCH
-    assert out[0] == ("put", None, 0, 0, 60, 100, False)
+    assert out[0] == ("put", None, 0, 0, 60, 100, b"")     # no tag
     assert out[-1] == ("body", None, BODY + b"\r\n")
 
 
