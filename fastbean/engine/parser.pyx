@@ -342,6 +342,8 @@ cdef enum:
 cdef struct Verb:
     const char *word
     Py_ssize_t len
+    uint64_t head          # its first 8 bytes (fewer: zeros after), as _head8 reads a line's
+    uint64_t mask          # the bits of head that count
     int op
     int args
 
@@ -351,12 +353,27 @@ cdef int _nverbs = 0
 cdef int _first[257]        # the verbs of first byte c are _verbs[_first[c]:_first[c + 1]]
 
 
+cdef inline uint64_t _head8(const char *s, Py_ssize_t n) noexcept:
+    # s's first 8 bytes (its n, zeros after, if it has fewer) in one word, so
+    # that a verb's first 8 bytes are one compare, not a call to memcmp
+    cdef uint64_t h = 0
+    cdef Py_ssize_t i
+    if n >= 8:
+        memcpy(&h, s, 8)
+    else:
+        for i in range(n):
+            (<unsigned char *>&h)[i] = <unsigned char>s[i]
+    return h
+
+
 cdef int _verb(const char *word, int op, int args) except -1:
     global _nverbs
     if _nverbs == MAX_VERBS:
         raise RuntimeError("parser.pyx: more verbs than MAX_VERBS")
     _verbs[_nverbs].word = word
     _verbs[_nverbs].len = strlen(word)
+    _verbs[_nverbs].head = _head8(word, _verbs[_nverbs].len)
+    _verbs[_nverbs].mask = _head8(b"\xff\xff\xff\xff\xff\xff\xff\xff", _verbs[_nverbs].len)
     _verbs[_nverbs].op = op
     _verbs[_nverbs].args = args
     _nverbs += 1
@@ -378,7 +395,8 @@ cdef int _index() except -1:
 
 
 # beanstalkd's verbs and fastbean's (which 1.12 answers UNKNOWN_COMMAND, and
-# --strict too), by first byte; within one, in the order they are tried
+# --strict too), by first byte; within one, in the order they are tried: a
+# verb before any verb it is a prefix of, the frequent ones first
 _verb(b"bury ", OP_BURY, A_BURY)
 _verb(b"delete ", OP_DELETE, A_ID)
 _verb(b"delete-batch", OP_DELETE_BATCH, A_IDS)
@@ -406,14 +424,14 @@ _verb(b"peek-buried", OP_PEEK_BURIED, A_EXACT)
 _verb(b"pause-tube", OP_PAUSE_TUBE, A_PAUSE_TUBE)
 _verb(b"pause-schedule", OP_PAUSE_SCHEDULE, A_EXT_NAME)
 _verb(b"quit", OP_QUIT, A_OP)
-_verb(b"resume-schedule", OP_RESUME_SCHEDULE, A_EXT_NAME)
 _verb(b"reserve-with-timeout ", OP_RESERVE_TIMEOUT, A_RESERVE_TIMEOUT)
 _verb(b"reserve-job ", OP_RESERVE_JOB, A_ID)
 _verb(b"reserve-batch", OP_RESERVE_BATCH, A_RESERVE_BATCH)     # beanstalkd reads it as a bad reserve
 _verb(b"reserve", OP_RESERVE, A_RESERVE)
+_verb(b"release ", OP_RELEASE, A_RELEASE)
+_verb(b"resume-schedule", OP_RESUME_SCHEDULE, A_EXT_NAME)
 _verb(b"retry-limit", OP_RETRY_LIMIT, A_RETRY_LIMIT)
 _verb(b"reprioritize-job", OP_REPRIORITIZE_JOB, A_REPRIORITIZE)
-_verb(b"release ", OP_RELEASE, A_RELEASE)
 _verb(b"stats-job ", OP_STATS_JOB, A_ID)
 _verb(b"stats-tube ", OP_STATS_TUBE, A_NAME)
 _verb(b"stats", OP_STATS, A_EXACT)
@@ -429,6 +447,7 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     # s[0:n] is one command line without its CRLF
     cdef const Verb *v
     cdef int i, last
+    cdef uint64_t head
     cmd.op = OP_UNKNOWN
     cmd.err = ERR_NONE
     if memchr(s, 0, n) != NULL:
@@ -438,9 +457,11 @@ cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
         return
     i = _first[<unsigned char>s[0]]
     last = _first[<unsigned char>s[0] + 1]
+    head = _head8(s, n)
     while i < last:
         v = &_verbs[i]
-        if n >= v.len and memcmp(s, v.word, v.len) == 0:
+        if (n >= v.len and (head & v.mask) == v.head
+                and (v.len <= 8 or memcmp(s + 8, v.word + 8, v.len - 8) == 0)):
             _read_args(v, s + v.len, s + n, cmd)
             return
         i += 1
@@ -489,7 +510,7 @@ cdef inline void _read_args(const Verb *v, const char *p, const char *end, Cmd *
                 u = 0
             if neg:
                 u = (~u) + 1
-            cmd.timeout = <int32_t><uint32_t>(u & 0xffffffff)
+            cmd.timeout = <int32_t><uint32_t>u     # the low 32 bits, in C (no Python int)
     elif args == A_RELEASE:
         p = _read_uint(p, end, UINT64_MAX, &cmd.id)
         if p != NULL:
@@ -508,7 +529,7 @@ cdef inline void _read_args(const Verb *v, const char *p, const char *end, Cmd *
             if neg:
                 u = (~u) + 1
             cmd.op = op
-            cmd.bound = <uint32_t>(u & 0xffffffff)
+            cmd.bound = <uint32_t>u
     elif args == A_PAUSE_TUBE:
         # The name is the longest run of name bytes after any spaces;
         # validity (leading '-', length) is checked after the counter moves.
