@@ -443,7 +443,7 @@ _verb(b"watch ", OP_WATCH, A_NAME)
 _index()
 
 
-cdef void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
+cdef inline void _parse_line(const char *s, Py_ssize_t n, Cmd *cmd) noexcept:
     # s[0:n] is one command line without its CRLF
     cdef const Verb *v
     cdef int i, last
