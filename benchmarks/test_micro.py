@@ -144,8 +144,11 @@ def test_engine_puts_one_per_read(benchmark):
         end_turn()
 
     benchmark.pedantic(read, rounds=100, iterations=2000)
-    assert core.current_jobs == len(replies) == 200_000
-    assert bytes(replies[-1]) == b"INSERTED 200000\r\n"
+    # pytest-benchmark 5 makes one call of its own before the rounds (and
+    # --benchmark-disable only that one): every call is one put all the same
+    n = len(replies)
+    assert n in (1, 200_001) and core.current_jobs == n
+    assert bytes(replies[-1]) == b"INSERTED %d\r\n" % n
 
 
 def test_uvnull_handler_puts_one_per_read(benchmark):
@@ -157,7 +160,7 @@ def test_uvnull_handler_puts_one_per_read(benchmark):
     null.write = replies.append
 
     benchmark.pedantic(null.data_received, args=(PUT,), rounds=100, iterations=2000)
-    assert replies == [b"INSERTED 1\r\n"] * 200_000
+    assert len(replies) in (1, 200_001) and set(replies) == {b"INSERTED 1\r\n"}
 
 
 def test_engine_reserve_delete_prefilled(benchmark):
@@ -301,7 +304,7 @@ def test_engine_replay(benchmark):
         return fresh, fresh.replay(data, 1), fresh.replay_finish()
 
     fresh, result, jobs = benchmark.pedantic(run, setup=setup, rounds=5)
-    assert result == (n + dels, 0, None)
+    assert result == (n + dels, len(data), None)       # every record applied, to the file's end
     assert jobs == n - dels == fresh.current_jobs
     assert not fresh.has_job(dels) and fresh.has_job(dels + 1) and fresh.max_id == n
     assert fresh.check()
