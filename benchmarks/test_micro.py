@@ -18,15 +18,13 @@ import time
 
 import pytest
 
+from benchmarks.parsers import BATCH, BODY, GARBAGE, PUT, PUTS, SHORT
 from fastbean.engine.core import FILE_HEADER, Core, tune_malloc
 from fastbean.engine.parser import Parser
 from tests.support.servers import EngineClient as Client
 
 tune_malloc()                               # as the server does at start-up
 
-BODY = b"b" * 100
-PUT = b"put 0 0 60 100\r\n" + BODY + b"\r\n"
-BATCH = 1000
 
 
 # -- helpers -------------------------------------------------------------------
@@ -56,13 +54,7 @@ def yaml_ok(reply):
 
 # -- parser --------------------------------------------------------------------
 
-PUTS = PUT * BATCH
-SHORT = (b"reserve-with-timeout 0\r\ndelete 123\r\nstats-job 5\r\nuse tubename\r\n") * 250
-# Over-long lines (230..428 bytes: dropped whole; at 446+ the second 224-byte
-# window can end between CR and LF, which beanstalkd 1.12 also mis-frames).
-GARBAGE = b"".join(
-    bytes(random.Random(i).choices(b"abcdefghij \t", k=230 + 2 * i)) + b"\r\nstats\r\nxyzzy 1 2\r\n"
-    for i in range(100))
+# the inputs are benchmarks/parsers.py's, which times builds against each other
 
 
 def parse_whole(data):
