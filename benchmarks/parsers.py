@@ -8,9 +8,9 @@ figures by 20% between runs here) falls on every build alike.
 Each argument is a checkout (or the directory of a parser*.so) whose parser
 has been built (`make build`); the same one twice is an A/A run, the noise
 floor. Each build is loaded under the module's own name from its own copy of
-the file, so the builds share nothing but the interpreter. A
-round parses each input 20 times with each build in turn, through the
-parser's test API (Parser().parse, which builds a tuple per command, as in
+the file, so the builds share nothing but the interpreter. A round parses
+each input 20 times with each build in turn, through the parser's test API
+(Parser().parse, which builds a tuple per command, as in
 benchmarks/test_micro.py: the same inputs). A run's figure is the median of
 its rounds; every run records the CPU steal while it ran and is left out
 above harness.STEAL_LIMIT, and the table says how many were. The ratios are

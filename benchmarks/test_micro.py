@@ -26,7 +26,6 @@ from tests.support.servers import EngineClient as Client
 tune_malloc()                               # as the server does at start-up
 
 
-
 # -- helpers -------------------------------------------------------------------
 
 def filled(n, put=PUT):
