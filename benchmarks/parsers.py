@@ -17,7 +17,6 @@ above harness.STEAL_LIMIT, and the table says how many were. The ratios are
 each build's median over the first build's, run by run: median [low to high].
 """
 import argparse
-import glob
 import importlib.machinery
 import importlib.util
 import os
@@ -48,11 +47,13 @@ INPUTS = {"puts": PUTS, "short commands": SHORT, "over-long lines": GARBAGE}
 
 
 def find_so(where):
-    """The parser extension in a checkout, or in a directory holding it."""
-    for pattern in ("fastbean/engine/parser*.so", "parser*.so"):
-        found = sorted(glob.glob(os.path.join(where, pattern)))
-        if found:
-            return found[0]
+    """The parser extension this interpreter can load, in a checkout or in a
+    directory holding it (a checkout may hold builds for other Pythons too)."""
+    for folder in (os.path.join(where, "fastbean", "engine"), where):
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "parser" + suffix)
+            if os.path.isfile(path):
+                return path
     raise SystemExit("python -m benchmarks.parsers: no parser*.so in %s (run make build there)" % where)
 
 

@@ -45,6 +45,13 @@ def test_builds_do_not_share_a_module(tmp_path):
     assert a.Parser().parse(parsers.SHORT) == b.Parser().parse(parsers.SHORT)
 
 
+def test_the_build_found_is_this_pythons(tmp_path):
+    # a checkout built for several Pythons holds a parser for each
+    (tmp_path / "parser.cpython-310-x86_64-linux-gnu.so").write_bytes(b"not this one")
+    mine = shutil.copy(parsers.find_so(ROOT), tmp_path)
+    assert parsers.find_so(str(tmp_path)) == mine
+
+
 def test_a_directory_without_a_build_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "benchmarks.parsers", "--runs", "1", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
