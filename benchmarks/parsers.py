@@ -98,7 +98,13 @@ def main(argv=None):
     started = time.time()
     paths = [find_so(d) for d in args.builds]
     with tempfile.TemporaryDirectory(prefix="parsers-") as scratch:
-        parsers = [load(p, scratch).Parser for p in paths]     # loaded, the copies may go
+        parsers = []                # once loaded, the copies may go
+        for path in paths:
+            try:
+                parsers.append(load(path, scratch).Parser)
+            except (ImportError, AttributeError) as e:
+                raise SystemExit("python -m benchmarks.parsers: %s does not load as a parser: %s"
+                                 % (path, e)) from None
     cases = {}
     for name, data in INPUTS.items():
         outs = [p().parse(data) for p in parsers]

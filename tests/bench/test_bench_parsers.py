@@ -52,6 +52,16 @@ def test_the_build_found_is_this_pythons(tmp_path):
     assert parsers.find_so(str(tmp_path)) == mine
 
 
+def test_a_file_that_is_no_build_is_one_line(tmp_path):
+    so = tmp_path / os.path.basename(parsers.find_so(ROOT))
+    so.write_bytes(b"not an extension")
+    r = subprocess.run([sys.executable, "-m", "benchmarks.parsers", "--runs", "1", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("python -m benchmarks.parsers: %s does not load as a parser: " % so)
+
+
 def test_a_directory_without_a_build_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "benchmarks.parsers", "--runs", "1", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
