@@ -20,6 +20,8 @@ class Follower:
         self.link = link
         self.apply = apply
         self.applied = 0            # stream sequence of the last message applied
+        self.pending = 0            # messages the stream held after it, when it was sent
+        self.stored_at = 0.0        # when the stream stored it (time.time(), the leader's clock)
         self.gap = False
         self.progress = time.monotonic()
         self._sub = None
@@ -36,7 +38,7 @@ class Follower:
         self.gap = False
         self.progress = time.monotonic()
         gen = self._gen
-        sub = await self.link.follow(applied, lambda seq, part, data: self._on_message(gen, seq, part, data))
+        sub = await self.link.follow(applied, lambda *message: self._on_message(gen, *message))
         if gen == self._gen:
             self._sub = sub
         else:
@@ -50,7 +52,15 @@ class Follower:
     def stuck(self):
         return time.monotonic() - self.progress > STUCK
 
-    async def _on_message(self, gen, seq, part, data):
+    def lag(self):
+        """How far behind the stream this standby is, in seconds: the age of
+        the last message it applied while more followed it (those were
+        stored after it), 0 once it has applied all it was sent."""
+        if not self.following or not self.pending:
+            return 0.0
+        return max(0.0, time.time() - self.stored_at)
+
+    async def _on_message(self, gen, seq, part, data, pending, stored_at):
         if gen != self._gen or self.gap or seq <= self.applied:
             return                  # delivered again after a consumer reset
         if self.applied and seq != self.applied + 1:
@@ -62,4 +72,5 @@ class Follower:
             self.gap = True
             return
         self.applied = seq
+        self.pending, self.stored_at = pending, stored_at
         self.progress = time.monotonic()

@@ -258,11 +258,14 @@ class Link:
 
     async def follow(self, after, callback):
         """Deliver the stream's messages from after + 1 on, in order, to
-        callback(seq, part, data); the subscription, or None if JetStream
-        does not take it now."""
+        callback(seq, part, data, pending, stored_at): the messages the
+        stream held after it when it was sent, and when it was stored (a
+        time.time() of the stream leader's clock). The subscription, or None
+        if JetStream does not take it now."""
         async def on_message(msg):
-            await callback(msg.metadata.sequence.stream, int((msg.headers or {}).get(PART_HEADER, 0)),
-                           msg.data)
+            meta = msg.metadata
+            await callback(meta.sequence.stream, int((msg.headers or {}).get(PART_HEADER, 0)), msg.data,
+                           meta.num_pending, meta.timestamp.timestamp())
         if after:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
         else:

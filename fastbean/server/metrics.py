@@ -283,6 +283,8 @@ def exposition(server):
                "family (a reserve's wait for a job is not counted).",
                bounds, [('family="%s"' % name, counts, total) for name, counts, total in families])
 
+    if server.replicator is not None:
+        _replication(out, server.replicator)
     binlog = server.disk
     if binlog is not None:
         _metric(out, "fastbean_binlog_disk_bytes", "gauge",
@@ -307,3 +309,30 @@ def exposition(server):
             _histogram(out, "fastbean_binlog_group_commit_records",
                        "Binlog records each fdatasync made durable.", b, [("", counts, total)])
     return "".join(out).encode()
+
+
+def _replication(out, replicator):
+    # --replicate: where this node is in the stream, what it published.
+    publisher, follower = replicator.publisher, replicator.follower
+    _metric(out, "fastbean_replication_primary", "gauge", "1 while this node is the primary and serves.",
+            [("", int(replicator.role.value == "primary"))])
+    _metric(out, "fastbean_replication_stream_sequence", "gauge",
+            "Stream sequence of the last message this node applied (standby) or had stored (primary).",
+            [("", replicator.log.applied)])
+    _metric(out, "fastbean_replication_pending_messages", "gauge",
+            "Standby: messages the stream held after the last one applied, as it was sent.",
+            [("", follower.pending if follower.following else 0)])
+    _metric(out, "fastbean_replication_lag_seconds", "gauge",
+            "Standby: age of the last message applied while more followed it (0 when caught up); "
+            "by the stream leader's clock.", [("", round(follower.lag(), 6))])
+    _metric(out, "fastbean_replication_publishes_total", "counter", "Messages this node had stored.",
+            [("", publisher.published)])
+    _metric(out, "fastbean_replication_retries_total", "counter",
+            "Publishes tried again after no answer or a refusal.", [("", publisher.retries)])
+    _metric(out, "fastbean_replication_in_flight", "gauge", "Messages published and not yet acknowledged.",
+            [("", publisher.in_flight)])
+    _metric(out, "fastbean_replication_takeovers_total", "counter", "Times this node became the primary.",
+            [("", replicator.takeovers)])
+    _metric(out, "fastbean_replication_suspensions_total", "counter",
+            "Times this node stopped serving as primary (no quorum stored its changes, or its lease "
+            "was not renewed in time).", [("", replicator.suspensions)])

@@ -225,6 +225,58 @@ def test_kill_primary_loses_no_acknowledged_job(cluster, nodes, tmp_path):
     assert len(work.live) + len(work.deleted) > 100 * KILLS
 
 
+def test_puts_from_many_clients_are_published_in_a_window(cluster, nodes, tmp_path):
+    # Several messages in flight at once (replication/publisher.py), each
+    # client answered once its own records are stored; the standby applies
+    # them in order and, after a kill -9, serves every acknowledged job.
+    for name in ("a", "b"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    standby = next(n for n in nodes if n is not primary)
+    acked = {}
+    lock = threading.Lock()
+
+    def produce(k):
+        with primary.client(30) as c:
+            c.use("w")
+            for batch in range(20):
+                bodies = [b"%d-%d-%d" % (k, batch, n) for n in range(16)]
+                c.send(b"".join(b"put 0 0 120 %d\r\n%s\r\n" % (len(b), b) for b in bodies))
+                for body in bodies:
+                    reply = c.line()
+                    assert reply.startswith(b"INSERTED "), reply
+                    with lock:
+                        acked[int(reply.split()[1])] = body
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(acked) == 8 * 20 * 16
+    stats = primary.ext_stats()
+    assert 2 <= stats["replication-most-in-flight"] <= 8, stats
+    mine = primary.metrics()
+    assert mine["fastbean_replication_primary"] == 1 and mine["fastbean_replication_in_flight"] == 0
+    assert mine["fastbean_replication_stream_sequence"] == stats["replication-stream-seq"]
+    assert mine["fastbean_replication_publishes_total"] == stats["replication-publishes"]
+    assert mine["fastbean_replication_takeovers_total"] == 1
+    # the standby applies every message (it follows them as they are stored)
+    deadline = time.monotonic() + 30
+    while (theirs := standby.metrics())["fastbean_replication_stream_sequence"] < stats["replication-stream-seq"]:
+        assert time.monotonic() < deadline, theirs
+        time.sleep(0.05)
+    assert theirs["fastbean_replication_stream_sequence"] == stats["replication-stream-seq"]
+    assert theirs["fastbean_replication_primary"] == 0 and theirs["fastbean_replication_publishes_total"] == 0
+    assert theirs["fastbean_replication_pending_messages"] == 0 == theirs["fastbean_replication_lag_seconds"]
+    primary.kill()
+    assert find_primary([standby]) is standby
+    with standby.client(30) as c:
+        found = job_info(c, sorted(acked))
+    assert {i: info[3] for i, info in found.items()} == acked
+    assert all(info[0] == "w" and info[2] == "ready" for info in found.values())
+
+
 def test_paused_primary_is_fenced(cluster, nodes, tmp_path):
     for name in ("a", "b"):
         nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))

@@ -52,6 +52,13 @@ class Node(Server):
         except OSError:
             return None
 
+    def metrics(self):
+        """/metrics as {'name{labels}': value}; a standby serves it too."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=5) as r:
+            text = r.read().decode()
+        return {key: float(value) for key, value in (
+            line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
+
     def ext_stats(self):
         with self.client() as c:
             return c.yaml(b"fastbean-stats")
