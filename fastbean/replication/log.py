@@ -168,7 +168,7 @@ class StreamLog:
                 taken = True
                 if self.mirror is not None:
                     self.mirror.write(data)
-                self.publisher.push(part, bytes(data))
+                self.publisher.push(part, data)     # a bytearray of its own: no copy
         if taken:
             self.publisher.mark(records)
             if self.mirror is not None:
