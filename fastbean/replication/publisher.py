@@ -54,6 +54,11 @@ class Publisher:
         """Messages are queued or in flight."""
         return bool(self.queue) or self._task is not None
 
+    @property
+    def in_flight(self):
+        """Messages published and not yet stored: 0 or 1."""
+        return int(self._task is not None)
+
     def push(self, part, data, records=0):
         self.queue.append([part, data, records])
 

@@ -23,7 +23,7 @@ def test_one_round_of_one_case(tmp_path, capsys):
         (r,) = runs["put c8 d4 | %s" % kind]
         assert r["ops_per_sec"] > 0 and r["errors"] == 0 and 0 <= r["steal"] <= 1
     (rep,) = runs["put c8 d4 | fastbean replicated"]
-    assert 1 <= rep["most_in_flight"] <= 8 and rep["lag_max_s"] >= rep["lag_p99_s"] >= 0
+    assert rep["lag_max_s"] >= rep["lag_p99_s"] >= 0
 
 
 def test_the_lag_is_the_age_of_the_first_message_the_standby_lacks():
