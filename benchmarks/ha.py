@@ -14,11 +14,19 @@ every 20 ms: at each sample, how long ago the primary had stored the first
 message the standby has not applied yet (0 when it has applied them all).
 Every measurement records the CPU steal while it ran; rounds above
 harness.STEAL_LIMIT are left out, and the table says how many.
+
+It also records where the CPU went, from the end of the warm-up to the end:
+CPU microseconds per transaction in each process (the NATS servers together,
+the primary, the standby, the load generator; the server alone for -f 0),
+and how busy the machine's CPUs were. A case whose CPUs were busy near 100%
+is bound by this machine's cores, and the sum of the per-transaction costs
+gives the rate those cores could reach at most: the CPU ceiling.
 Everything measured goes to benchmarks/results/ha.json.
 """
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -27,10 +35,11 @@ import tempfile
 import threading
 import time
 
-from benchmarks.harness import STEAL_LIMIT, cpu_times, finish, loadgen, machine, steal, write_results
+from benchmarks.harness import (STEAL_LIMIT, busy_seconds, cpu_times, finish, loadgen, machine, steal,
+                                write_results)
 from tests.support.hanodes import Node, find_primary
 from tests.support.natscluster import NatsCluster
-from tests.support.servers import Server
+from tests.support.servers import Server, process_cpu
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 LAG_EVERY = 0.02            # seconds between samples of the standby's lag
@@ -77,6 +86,11 @@ class LagSampler(threading.Thread):
         self._done.set()
         self.join()
 
+    def messages(self, began, ended):
+        """How many messages the primary stored between two monotonic times."""
+        within = [stored for t, stored, _ in self.samples if began <= t <= ended]
+        return within[-1] - within[0] if len(within) > 1 else 0
+
     def lags(self):
         """At each sample, seconds since the primary had stored the first
         message the standby lacked then."""
@@ -85,6 +99,58 @@ class LagSampler(threading.Thread):
             ahead = next((tp for tp, stored, _ in self.samples if stored > applied), None)
             out.append(max(0.0, t - ahead) if ahead is not None and ahead <= t else 0.0)
         return out
+
+
+WARMUP = 0.5
+
+
+class CpuAccount:
+    """CPU seconds each named group of processes, the load generator and the
+    whole machine use from start() (the end of the warm-up) to stop()."""
+
+    def __init__(self, groups, loadgen_proc):
+        self.groups, self.loadgen = groups, loadgen_proc    # {name: [pid, ...]}, a Popen
+
+    def start(self):
+        self._machine = cpu_times()
+        self._wall = time.monotonic()
+        self._procs = {name: sum(process_cpu(pid) for pid in pids) for name, pids in self.groups.items()}
+        self._loadgen = process_cpu(self.loadgen.pid)
+        self._children = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    def stop(self):
+        """Once the load generator has exited and been waited for (nothing else
+        the benchmark started may be waited for in between)."""
+        self.began, self.ended = self._wall, time.monotonic()
+        self.wall = self.ended - self.began
+        self.machine_busy = busy_seconds(self._machine, cpu_times())
+        self.procs = {name: sum(process_cpu(pid) for pid in pids) - self._procs[name]
+                      for name, pids in self.groups.items()}
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.procs["loadgen"] = (children.ru_utime + children.ru_stime - self._children.ru_utime
+                                 - self._children.ru_stime - self._loadgen)
+
+    def result(self, transactions):
+        """CPU µs per transaction by process group, and the machine's share busy."""
+        per = {name: round(1e6 * s / transactions, 1) for name, s in self.procs.items()}
+        per["other"] = round(1e6 * (self.machine_busy - sum(self.procs.values())) / transactions, 1)
+        return {"cpu_us_per_tx": per,
+                "cpu_busy": round(self.machine_busy / (self.wall * os.cpu_count()), 3)}
+
+
+def run_load(port, workload, conns, depth, seconds, groups):
+    """The load generator against port, with the CPU of groups accounted after
+    the warm-up."""
+    proc = loadgen(port, workload, conns=conns, depth=depth, body=100, seconds=seconds,
+                   warmup=WARMUP, background=True)
+    account = CpuAccount(groups, proc)
+    time.sleep(WARMUP)
+    account.start()
+    res = finish(proc)
+    account.stop()
+    res.update(account.result(max(1.0, res["ops_per_sec"] * seconds)))
+    res["measured_from"], res["measured_to"] = account.began, account.ended
+    return res
 
 
 def measure(kind, case, seconds, cluster, work, n):
@@ -97,13 +163,16 @@ def measure(kind, case, seconds, cluster, work, n):
             primary = find_primary(nodes)
             standby = next(node for node in nodes if node is not primary)
             sampler = LagSampler(primary, standby)
-            proc = loadgen(primary.port, workload, conns=conns, depth=depth, body=100,
-                           seconds=seconds, warmup=0.5, background=True)
             sampler.start()
             try:
-                res = finish(proc)
+                res = run_load(primary.port, workload, conns, depth, seconds,
+                               {"nats": [s.proc.pid for s in cluster.servers],
+                                "primary": [primary.pid], "standby": [standby.pid]})
             finally:
                 sampler.stop()
+            messages = sampler.messages(res.pop("measured_from"), res.pop("measured_to"))
+            if messages:    # how many transactions one message carried, on average
+                res["tx_per_message"] = round(res["ops_per_sec"] * seconds / messages, 1)
             lags = sorted(sampler.lags())
             res["lag_max_s"] = lags[-1] if lags else 0.0
             res["lag_p99_s"] = lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else 0.0
@@ -114,8 +183,8 @@ def measure(kind, case, seconds, cluster, work, n):
     else:
         name = kind.split()[0]
         with Server(name, "-f", "0", binlog=True).start(600) as server:
-            res = loadgen(server.port, workload, conns=conns, depth=depth, body=100,
-                          seconds=seconds, warmup=0.5)
+            res = run_load(server.port, workload, conns, depth, seconds, {"server": [server.pid]})
+            del res["measured_from"], res["measured_to"]
     res["steal"] = round(steal(t0, cpu_times()), 3)
     return res
 
@@ -123,13 +192,33 @@ def measure(kind, case, seconds, cluster, work, n):
 def summarize(runs):
     kept = [r for r in runs if r["steal"] <= STEAL_LIMIT]
     out = {"left_out": len(runs) - len(kept)}
-    for k in ("ops_per_sec", "p50_us", "p99_us", "lag_max_s"):
+    for k in ("ops_per_sec", "p50_us", "p99_us", "lag_max_s", "tx_per_message"):
         values = [r[k] for r in kept if k in r]
         if values:
             out[k] = statistics.median(values)
             out[k + "_range"] = (min(values), max(values))
     out["errors"] = sum(r["errors"] for r in runs)
+    if kept:
+        out["cpu_busy"] = statistics.median(r["cpu_busy"] for r in kept)
+        out["cpu_us_per_tx"] = {name: statistics.median(r["cpu_us_per_tx"][name] for r in kept)
+                                for name in kept[0]["cpu_us_per_tx"]}
+        total = sum(out["cpu_us_per_tx"].values())
+        out["cpu_ceiling_tx_per_sec"] = round(os.cpu_count() * 1e6 / total) if total > 0 else None
     return out
+
+
+def print_cpu(summary):
+    """Where the CPU went, case by case."""
+    print("\nCPU per transaction (µs, medians of the rounds kept), and the machine's CPUs busy")
+    for case, kinds in summary.items():
+        for kind, r in kinds.items():
+            if "cpu_us_per_tx" not in r:
+                continue
+            parts = "  ".join("%s %.1f" % kv for kv in r["cpu_us_per_tx"].items())
+            if "tx_per_message" in r:
+                parts += "   (%.1f transactions a message)" % r["tx_per_message"]
+            print("%-16s %-20s busy %3.0f%%  ceiling %8s tx/s   %s" % (
+                case, kind, 100 * r["cpu_busy"], r["cpu_ceiling_tx_per_sec"], parts))
 
 
 def main(argv=None):
@@ -189,6 +278,7 @@ def main(argv=None):
                 r["ops_per_sec"] / s["fastbean -f0"]["ops_per_sec"], min(ratios), max(ratios),
                 r["ops_per_sec"] / s["beanstalkd -f0"]["ops_per_sec"],
                 "; %d left out for steal" % r["left_out"] if r["left_out"] else ""))
+    print_cpu(summary)
     write_results(args.results, started, steal_limit=STEAL_LIMIT,
                   runs={"%s c%d d%d | %s" % (case + (kind,)): r for (case, kind), r in runs.items()},
                   summary=summary)
