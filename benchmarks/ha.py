@@ -2,6 +2,7 @@
 
     python -m benchmarks.ha                # put c50 d1, put c50 d16, mixed c50 d1; 3 rounds
     python -m benchmarks.ha --reps 1 --seconds 3
+    python -m benchmarks.ha --rtt-ms 2     # the nodes' links to NATS 2 ms longer
 
 Three servers take the same load in turn (A B C A B C ...): beanstalkd -f 0
 and fastbean -f 0 with a binlog on this machine's disk, and a fastbean
@@ -21,6 +22,11 @@ the primary, the standby, the load generator; the server alone for -f 0),
 and how busy the machine's CPUs were. A case whose CPUs were busy near 100%
 is bound by this machine's cores, and the sum of the per-transaction costs
 gives the rate those cores could reach at most: the CPU ceiling.
+
+--rtt-ms adds a round trip to the nodes' links to NATS (not the NATS
+servers' links to one another), through benchmarks/delayproxy.c: this
+machine's kernel has no netem. It shows what one publish in flight costs
+where NATS is a network away.
 Everything measured goes to benchmarks/results/ha.json.
 """
 import argparse
@@ -35,11 +41,20 @@ import tempfile
 import threading
 import time
 
-from benchmarks.harness import (STEAL_LIMIT, busy_seconds, cpu_times, finish, loadgen, machine, steal,
-                                write_results)
+from benchmarks.harness import (
+    STEAL_LIMIT,
+    build_tool,
+    busy_seconds,
+    cpu_times,
+    finish,
+    loadgen,
+    machine,
+    steal,
+    write_results,
+)
 from tests.support.hanodes import Node, find_primary
 from tests.support.natscluster import NatsCluster
-from tests.support.servers import Server, process_cpu
+from tests.support.servers import Server, free_port, process_cpu
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 LAG_EVERY = 0.02            # seconds between samples of the standby's lag
@@ -60,6 +75,29 @@ def drop_stream(urls, name):
         finally:
             await nc.close()
     asyncio.run(drop())
+
+
+class DelayProxy:
+    """benchmarks/delayproxy.c in front of each NATS server's client port:
+    rtt_ms more for a request and its answer."""
+
+    def __init__(self, cluster, rtt_ms):
+        self.ports = [free_port() for _ in cluster.servers]
+        self.proc = subprocess.Popen(
+            [build_tool("delayproxy"), "-d", str(int(rtt_ms * 500))]
+            + ["%d:%d" % (mine, s.port) for mine, s in zip(self.ports, cluster.servers)],
+            stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            self.proc.kill()
+            raise RuntimeError("delayproxy did not start")
+
+    @property
+    def urls(self):
+        return ",".join("nats://127.0.0.1:%d" % port for port in self.ports)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
 
 
 class LagSampler(threading.Thread):
@@ -153,21 +191,23 @@ def run_load(port, workload, conns, depth, seconds, groups):
     return res
 
 
-def measure(kind, case, seconds, cluster, work, n):
+def measure(kind, case, seconds, cluster, work, n, urls, extra_pids):
     workload, conns, depth = case
     t0 = cpu_times()
     if kind == "fastbean replicated":
         stream = "bench%d" % n
-        nodes = [Node("%s-%s" % (stream, x), cluster.urls, work, stream=stream) for x in "ab"]
+        nodes = [Node("%s-%s" % (stream, x), urls, work, stream=stream) for x in "ab"]
         try:
             primary = find_primary(nodes)
             standby = next(node for node in nodes if node is not primary)
             sampler = LagSampler(primary, standby)
             sampler.start()
             try:
-                res = run_load(primary.port, workload, conns, depth, seconds,
-                               {"nats": [s.proc.pid for s in cluster.servers],
-                                "primary": [primary.pid], "standby": [standby.pid]})
+                groups = {"nats": [s.proc.pid for s in cluster.servers],
+                          "primary": [primary.pid], "standby": [standby.pid]}
+                if extra_pids:
+                    groups["delayproxy"] = extra_pids
+                res = run_load(primary.port, workload, conns, depth, seconds, groups)
             finally:
                 sampler.stop()
             messages = sampler.messages(res.pop("measured_from"), res.pop("measured_to"))
@@ -228,6 +268,8 @@ def main(argv=None):
     ap.add_argument("--case", action="append", metavar="WORKLOAD:CLIENTS:DEPTH",
                     help="measure this case (again for more); default: %s" % ", ".join(
                         "%s:%d:%d" % c for c in CASES))
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="add this round trip (ms) to the nodes' links to NATS")
     ap.add_argument("--results", default=os.path.join(RESULTS, "ha.json"))
     args = ap.parse_args(argv)
     cases = CASES
@@ -238,6 +280,7 @@ def main(argv=None):
             ap.error("--case: WORKLOAD:CLIENTS:DEPTH, as put:50:1")
     work = tempfile.mkdtemp(prefix="fastbean-ha-")
     cluster = NatsCluster(os.path.join(work, "nats"))
+    proxy = DelayProxy(cluster, args.rtt_ms) if args.rtt_ms > 0 else None
     print(machine(), "nats-server", subprocess.run([cluster.servers[0].proc.args[0], "--version"],
                                                    capture_output=True, text=True).stdout.strip())
     started = time.time()
@@ -248,13 +291,17 @@ def main(argv=None):
             for case in cases:
                 for kind in KINDS:
                     n += 1
-                    res = measure(kind, case, args.seconds, cluster, work, n)
+                    res = measure(kind, case, args.seconds, cluster, work, n,
+                                  proxy.urls if proxy else cluster.urls,
+                                  [proxy.proc.pid] if proxy else [])
                     runs.setdefault((case, kind), []).append(res)
                     print("  %s c%d d%d  %-20s %8.0f tx/s  steal %.1f%%%s" % (
                         case + (kind, res["ops_per_sec"], 100 * res["steal"],
                                 "  standby lag max %.3f s" % res["lag_max_s"] if "lag_max_s" in res else "")),
                         flush=True)
     finally:
+        if proxy:
+            proxy.stop()
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
     print("%-16s %-20s %10s %8s %8s %8s %9s   %s" % (
@@ -279,7 +326,7 @@ def main(argv=None):
                 r["ops_per_sec"] / s["beanstalkd -f0"]["ops_per_sec"],
                 "; %d left out for steal" % r["left_out"] if r["left_out"] else ""))
     print_cpu(summary)
-    write_results(args.results, started, steal_limit=STEAL_LIMIT,
+    write_results(args.results, started, steal_limit=STEAL_LIMIT, rtt_ms=args.rtt_ms,
                   runs={"%s c%d d%d | %s" % (case + (kind,)): r for (case, kind), r in runs.items()},
                   summary=summary)
     return 0
