@@ -361,7 +361,7 @@ class Replicator:
         return (b"replication-role: %s\nreplication-node: %s\nreplication-stream-seq: %d\n"
                 b"replication-part: %d\nreplication-publishes: %d\nreplication-retries: %d\n"
                 b"replication-takeovers: %d\nreplication-resyncs: %d\nreplication-stalled: %d\n"
-                b"replication-suspensions: %d\n"
+                b"replication-suspensions: %d\nreplication-most-in-flight: %d\n"
                 % (self.role.value.encode(), self.name.encode(), self.log.applied, self.log.parts.current,
                    self.publisher.published, self.publisher.retries, self.takeovers, self.resyncs,
-                   self.publisher.stalled, self.suspensions))
+                   self.publisher.stalled, self.suspensions, self.publisher.most_in_flight))

@@ -139,9 +139,9 @@ class StreamLog:
         self._turn.end_of_turn()
 
     def commit(self):
-        """The turn's records: published now, or with everything gathered
-        meanwhile once the publish in flight is stored."""
-        if self.logging and not self.publisher.busy:
+        """The turn's records: published now, or, while the publisher's window
+        is full, with everything gathered meanwhile once a message is stored."""
+        if self.logging and self.publisher.room:
             self._take()
             self.publisher.send()
 

@@ -21,6 +21,7 @@ class Parts:
         self.bytes = {}             # part -> bytes of its messages
         self.closed_bytes = 0       # bytes in parts older than the current one
         self.purged = 0             # the stream holds no message below this sequence
+        self.unneeded_parts = set() # no longer counted, their messages may still be in flight
 
     def start(self, part):
         """Messages go to `part` from now on."""
@@ -32,19 +33,23 @@ class Parts:
     def add(self, part, seq, size):
         """Message `seq` of `size` bytes belongs to `part`."""
         self.first.setdefault(part, seq)
+        if part in self.unneeded_parts:
+            return
         self.bytes[part] = self.bytes.get(part, 0) + size
-        if part != self.current:        # queued before the part it belongs to ended
+        if part != self.current:        # sent before the part it belongs to ended
             self.closed_bytes += size
 
     def unneeded(self, parts):
         """Parts no live job needs: they stop counting for compaction."""
         for part in parts:
             self.closed_bytes -= self.bytes.pop(part, 0)
+            self.unneeded_parts.add(part)
 
     def forget(self, parts):
         """Parts whose successors are stored: the stream may be purged past them."""
         for part in parts:
             self.first.pop(part, None)
+            self.unneeded_parts.discard(part)
 
     def keep_from(self):
         """The first stream sequence still needed (0: nothing is known)."""
