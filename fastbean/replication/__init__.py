@@ -241,14 +241,14 @@ class Replicator:
         gen = self.gen
         part = self.log.parts.current + 1
         try:
-            seq = await self.publisher.fence(part, give_up=self.timeout)
+            placed = await self.publisher.fence(part, give_up=self.timeout)
         except Deposed:
             event(logging.WARNING, "takeover-lost", "replication: another node appended first; following on")
             return False
-        if seq is None or gen != self.gen:
+        if placed is None or gen != self.gen:
             return False
         t0 = time.monotonic()
-        jobs = self.log.begin(part, seq)
+        jobs = self.log.begin(part, *placed)
         self.takeovers += 1
         event(logging.WARNING, "primary", "replication: %(node)s is the primary: " + counted(jobs, "job")
               + ", stream at %(seq)d (placing the jobs took %(seconds).3f s)", node=self.name, jobs=jobs,
@@ -294,13 +294,13 @@ class Replicator:
         # Everything logged is stored and the lease is renewed: fence in the
         # current part (nobody appended meanwhile), then serve again.
         try:
-            seq = await self.publisher.fence(self.log.parts.current, give_up=self.timeout)
+            placed = await self.publisher.fence(self.log.parts.current, give_up=self.timeout)
         except Deposed:
             self._deposed_by_writer()
             return
-        if seq is None or gen != self.gen or self.role is not Role.SUSPENDED:
+        if placed is None or gen != self.gen or self.role is not Role.SUSPENDED:
             return
-        self.log.fenced(seq)
+        self.log.fenced(*placed)
         self.role = Role.PRIMARY
         self._why_not = None
         event(logging.WARNING, "resumed", "replication: %(node)s serves again", node=self.name)

@@ -1,6 +1,6 @@
 """A standby's side of the stream: its messages, in order, handed to
-apply(seq, part, data) as the stream grows (an ordered push consumer);
-apply returns False for a message that does not follow on.
+apply(seq, part, data, msg_id, after) as the stream grows (an ordered push
+consumer); apply returns False for a message that does not follow on.
 
 A message that does not follow the last one applied (the stream was
 purged past where this node had got to) sets `gap`: the node then rebuilds
@@ -60,7 +60,7 @@ class Follower:
             return 0.0
         return max(0.0, time.time() - self.stored_at)
 
-    async def _on_message(self, gen, seq, part, data, pending, stored_at):
+    async def _on_message(self, gen, seq, part, data, msg_id, after, pending, stored_at):
         if gen != self._gen or self.gap or seq <= self.applied:
             return                  # delivered again after a consumer reset
         if self.applied and seq != self.applied + 1:
@@ -68,7 +68,7 @@ class Follower:
                   "the stream was purged past this node", seq=seq, applied=self.applied)
             self.gap = True
             return
-        if self.apply(seq, part, data) is False:
+        if self.apply(seq, part, data, msg_id, after) is False:
             self.gap = True
             return
         self.applied = seq

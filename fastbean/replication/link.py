@@ -33,10 +33,14 @@ DEDUPE_WINDOW = 120.0        # seconds JetStream remembers message ids
 LOG_AGAIN = 60.0             # a failure that repeats is logged again after this long
 KV_OPERATION = "KV-Operation"
 PART_HEADER = "Fb-Part"      # the part (binlog file) a message's records belong to
+AFTER_HEADER = "Fb-After"    # the Nats-Msg-Id of the message before it in the chain (publisher.py)
+NO_MESSAGE = 10037           # JetStream: no message at that sequence
 
 
 class Deposed(Exception):
-    """Another writer appended to the stream: this node's queue is not the stream's."""
+    """Another writer appended to the stream: this node's queue is not the
+    stream's. (Link.publish raises it when the expected last sequence did
+    not hold, which the publisher then looks into.)"""
 
 
 class Conflict(Exception):
@@ -246,6 +250,20 @@ class Link:
             raise
         return ack.seq
 
+    async def message(self, seq):
+        """(message id, the id it names as its predecessor) of the stream's
+        message seq; None if the stream does not hold it. Raises Unavailable."""
+        try:
+            msg = await self.js.get_msg(self.stream, seq=seq)
+        except Exception as e:
+            if isinstance(e, APIError) and e.err_code == NO_MESSAGE:
+                return None
+            if _unavailable(e):
+                raise Unavailable(why(e)) from None
+            raise
+        headers = msg.headers or {}
+        return headers.get("Nats-Msg-Id"), headers.get(AFTER_HEADER)
+
     async def last_seq(self):
         """(first, last) sequence of the stream's messages, and how many there are."""
         try:
@@ -258,14 +276,17 @@ class Link:
 
     async def follow(self, after, callback):
         """Deliver the stream's messages from after + 1 on, in order, to
-        callback(seq, part, data, pending, stored_at): the messages the
-        stream held after it when it was sent, and when it was stored (a
-        time.time() of the stream leader's clock). The subscription, or None
-        if JetStream does not take it now."""
+        callback(seq, part, data, msg_id, after, pending, stored_at): its
+        id, the id it names as its predecessor (None: none named), the
+        messages the stream held after it when it was sent, and when it was
+        stored (a time.time() of the stream leader's clock). The
+        subscription, or None if JetStream does not take it now."""
         async def on_message(msg):
             meta = msg.metadata
-            await callback(meta.sequence.stream, int((msg.headers or {}).get(PART_HEADER, 0)), msg.data,
-                           meta.num_pending, meta.timestamp.timestamp())
+            headers = msg.headers or {}
+            await callback(meta.sequence.stream, int(headers.get(PART_HEADER, 0)), msg.data,
+                           headers.get("Nats-Msg-Id"), headers.get(AFTER_HEADER), meta.num_pending,
+                           meta.timestamp.timestamp())
         if after:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
         else:

@@ -31,9 +31,12 @@ class StreamLog:
         self.loop = host.loop
         self.logging = False        # the engine logs: this node is primary or suspended
         self.applied = 0            # stream sequence of the last message applied or stored
+        self.last_id = None         # the id of the last message in the chain (publisher.py)
+        self.chained = False        # last_id is known: else the next message starts the chain
+        self.orphans = 0            # messages skipped as a deposed writer's
         self.parts = Parts(config.binlog_size)
-        self.publisher = Publisher(link, self.loop, config.replicate_timeout, lambda: self.applied,
-                                   self._acked, on_deposed, on_change, on_error)
+        self.publisher = Publisher(link, self.loop, config.replicate_timeout, self.chain, self._acked,
+                                   self._orphans, on_deposed, on_change, on_error)
         self.link = link
         self.on_change = on_change
         self.mirror = None          # -b: a local mirror of the stream
@@ -73,16 +76,31 @@ class StreamLog:
         if self.mirror is not None:
             self.mirror.reset()
         self.applied = 0
+        self.last_id, self.chained = None, False
         self.parts.reset()
         self.engine_part = self.local_seq = self.remote_seq = 0
         self.part_caps.clear()
 
     # -- a standby --------------------------------------------------------------
 
-    def apply(self, seq, part, data):
+    def chain(self):
+        """(stream sequence, message id) of the chain's last message; the id
+        is None while unknown (the next message then starts the chain)."""
+        return self.applied, self.last_id if self.chained else None
+
+    def apply(self, seq, part, data, msg_id, after):
         """One message of the stream, applied as replay applies a file's records:
         the engine's jobs stay in replay until begin(). False when it does
-        not follow on from the last one (rebuild from the stream)."""
+        not follow on from the last one (rebuild from the stream). A message
+        that names another predecessor than the chain's last message is an
+        orphan, a deposed writer's: skipped (publisher.py)."""
+        if self.chained and after is not None and after != self.last_id:
+            event(logging.WARNING, "stream-orphan", "replication: message %(seq)d does not follow the "
+                  "last one applied (a deposed writer's): skipped", seq=seq)
+            self.orphans += 1
+            self.applied = seq
+            return True
+        self.last_id, self.chained = msg_id, True
         core = self.host.core
         if part != self.parts.current:
             if part < self.parts.current:
@@ -110,13 +128,13 @@ class StreamLog:
         self._reclaimed(gone)                   # applied records are in the stream already
         return True
 
-    def begin(self, part, seq):
+    def begin(self, part, seq, msg_id):
         """The fence, message seq, opened `part`: the engine places its
         replayed jobs and logs from now on, into that part. The job count."""
         core = self.host.core
         jobs = core.replay_finish()
         self.parts.start(part)
-        self._acked(part, 0, seq, 0)
+        self._acked(part, 0, seq, 0, msg_id)
         cap = self.parts.capacity(core.wal_status().reserved)
         self.engine_part = part
         self._mirror_part(part, cap)
@@ -126,9 +144,9 @@ class StreamLog:
         self.commit()               # the engine's first record in its part
         return jobs
 
-    def fenced(self, seq):
+    def fenced(self, seq, msg_id):
         """An empty message this node appended to its current part is stored."""
-        self._acked(self.parts.current, 0, seq, 0)
+        self._acked(self.parts.current, 0, seq, 0, msg_id)
 
     # -- the Sink: the engine's records (server.py passes them on) ------------------
 
@@ -180,8 +198,9 @@ class StreamLog:
 
     # -- stored ------------------------------------------------------------------
 
-    def _acked(self, part, size, seq, records):
+    def _acked(self, part, size, seq, records, msg_id):
         self.applied = seq
+        self.last_id, self.chained = msg_id, True
         self.parts.add(part, seq, size)
         if records:
             self.remote_seq = records
@@ -191,6 +210,10 @@ class StreamLog:
         if size:
             self._maintain()
         self.on_change()
+
+    def _orphans(self, seq):
+        # the stream up to seq, past the chain's end, holds orphans only
+        self.applied = max(self.applied, seq)
 
     def _local_durable(self, seq):
         self.local_seq = max(self.local_seq, seq)

@@ -1,25 +1,29 @@
 """The primary's side of the stream: its records published in order, up to
-WINDOW messages in flight at once, each message tried until JetStream
-stores it.
+WINDOW messages in flight at once, each message tried until it is stored
+where it belongs.
 
-Every try of a message carries the same message id (unique to this process
-and message), so a try whose answer was lost is not stored twice; and the
-stream sequence that must precede it (Nats-Expected-Last-Sequence), so only
-a node whose queue is exactly the stream's can append: the fence. Only this
-node appends while it leads, so the message after one expecting s expects
-s + 1. A message sent while the one before it is in flight also names that
-one's id (Nats-Expected-Last-Msg-Id): were the one before refused because
-another writer appended a message, the sequence alone would let this one in
-behind the other writer's. JetStream checks the id for duplicates before
-either expectation, and applies a stream's messages in the order they came.
+The stream is a chain: every message names the message before it in the
+chain (AFTER_HEADER, the predecessor's Nats-Msg-Id), and readers apply a
+message only if it names the last one they applied (log.py); any other is an
+orphan, skipped by every reader alike. A writer's first message (its fence)
+names the last message it applied as a standby. So two writers can never
+both extend the chain: the first message stored after a given one that
+names it wins, and whatever else names it is an orphan. This is the fence;
+the stream's own check, Nats-Expected-Last-Sequence, keeps the chain free of
+gaps where all goes well. (JetStream's checks cannot do it alone: from 2.12
+the expected sequence counts proposals not yet stored, so a deposed writer's
+message in flight can land behind a new writer's fence; and its
+Nats-Expected-Last-Msg-Id is checked on each replica as it applies, against
+state a replica that caught up from a snapshot lacks.)
 
-When a try in the window fails, every later one fails too or was stored
-behind it: the publisher waits for the whole window's answers, then tries
-its messages again one at a time, in order, with their ids and sequences
-(every message before each is then stored: the sequence is fence enough);
-the ones already stored answer as duplicates. Only a sequence refused while
-every message before it is stored means another writer appended. What the
-engine logs while the window is full goes out in the next message.
+A message is acknowledged when its answer puts it right after the last one
+acknowledged and it names that one. Otherwise (no answer, a refusal, or a
+copy stored elsewhere) the publisher waits for the window's answers, then,
+for each message in turn, reads the stream past the last acknowledged one:
+the first message there that names it is this message (acknowledged) or
+another writer's (deposed); if there is none, only orphans, the message is
+sent again with a new id, expecting the stream's end. Ids are never reused,
+so nothing depends on JetStream's duplicate window.
 
 A message that waits longer than --replicate-timeout makes the publisher
 "stalled" (replication/ then stops serving clients); it goes on trying.
@@ -31,40 +35,43 @@ import time
 import uuid
 
 from fastbean.logs import event
-from fastbean.replication.link import PART_HEADER, Deposed, Quiet, Unavailable
+from fastbean.replication.link import AFTER_HEADER, PART_HEADER, Deposed, Quiet, Unavailable
 
 RETRY_PAUSE = 0.05          # seconds between tries of one message
-AFTER = "Nats-Expected-Last-Msg-Id"
-WINDOW = 8                  # messages in flight at once (benchmarks/limits.py: the stream's rate by depth)
+WINDOW = 8                  # messages in flight at once
 
 
 class _Flight:
-    """One message: its headers are fixed at its first try."""
-    __slots__ = ("part", "data", "records", "expected", "headers", "t0", "task")
+    """One message and its latest try."""
+    __slots__ = ("part", "data", "records", "ids", "after", "expected", "t0", "task")
 
-    def __init__(self, part, data, records, expected, headers):
+    def __init__(self, part, data, records):
         self.part = part
         self.data = data
         self.records = records
-        self.expected = expected
-        self.headers = headers
+        self.ids = []           # every try's message id, the latest last
+        self.after = None       # the message id the latest try names
+        self.expected = 0       # the stream sequence the first try expected before it
         self.t0 = time.monotonic()
         self.task = None
 
 
 class Publisher:
-    def __init__(self, link, loop, timeout, expected, on_acked, on_deposed, on_stall, on_error):
-        """expected(): the stream sequence the next message must follow when
-        none is in flight.
-        on_acked(part, bytes, seq, records): a message is stored as seq; it
-        held the engine's records up to `records` (0: not the last piece).
-        on_deposed(): another writer appended. on_stall(): stalled changed.
-        on_error(why): publishing failed in a way no retry mends."""
+    def __init__(self, link, loop, timeout, chain, on_acked, on_orphans, on_deposed, on_stall, on_error):
+        """chain(): (stream sequence, message id) of the last message in the
+        chain: what the next message must follow when none is in flight.
+        on_acked(part, bytes, seq, records, id): a message is stored as seq;
+        it held the engine's records up to `records` (0: not the last piece).
+        on_orphans(seq): the stream up to seq past the chain's end holds only
+        orphans. on_deposed(): another writer extended the chain.
+        on_stall(): stalled changed. on_error(why): publishing failed in a
+        way no retry mends."""
         self.link = link
         self.loop = loop
         self.timeout = timeout
-        self.expected = expected
+        self.chain = chain
         self.on_acked = on_acked
+        self.on_orphans = on_orphans
         self.on_deposed = on_deposed
         self.on_stall = on_stall
         self.on_error = on_error
@@ -73,12 +80,13 @@ class Publisher:
         self.stalled = False
         self.published = 0
         self.retries = 0
+        self.orphans = 0                    # orphans found past the chain's end
         self.most_in_flight = 0
         self._prefix = uuid.uuid4().hex + "-"
         self._count = 0
         self._flights = collections.deque()
         self._settler = None
-        self._retrying = False
+        self._mending = False
         self._gen = 0
         self._waiting = Quiet("publish-waiting", "replication: a publish has waited %(seconds).1f s: "
                               "%(error)s")
@@ -91,7 +99,7 @@ class Publisher:
     @property
     def room(self):
         """Another message may go out now."""
-        return len(self._flights) < WINDOW and not self._retrying
+        return len(self._flights) < WINDOW and not self._mending
 
     @property
     def in_flight(self):
@@ -112,16 +120,15 @@ class Publisher:
     def send(self):
         """Queued messages out, while the window has room."""
         while self.queue and self.room:
-            part, data, records = self._next_message()
+            flight = _Flight(*self._next_message())
             if self._flights:
                 before = self._flights[-1]
-                headers = self._headers(part, before.expected + 1)
-                headers[AFTER] = before.headers["Nats-Msg-Id"]
-                flight = _Flight(part, data, records, before.expected + 1, headers)
+                expected, after = before.expected + 1, before.ids[-1]
             else:
-                expected = self.expected()
-                flight = _Flight(part, data, records, expected, self._headers(part, expected))
-            flight.task = self.loop.create_task(self._try(flight))
+                expected, after = self.chain()
+            flight.expected = expected
+            headers = self._headers(flight, flight.part, expected, after)
+            flight.task = self.loop.create_task(self._try(flight, headers))
             self._flights.append(flight)
         self.most_in_flight = max(self.most_in_flight, len(self._flights))
         if self._flights and self._settler is None:
@@ -139,31 +146,44 @@ class Publisher:
         self._flights.clear()
         self.queue.clear()
         self.stalled = False
-        self._retrying = False
+        self._mending = False
 
-    async def _try(self, flight):
-        # The first try: its answer, or why it failed (Unavailable, Deposed).
+    def _headers(self, flight, part, expected, after):
+        self._count += 1
+        msg_id = self._prefix + str(self._count)
+        flight.ids.append(msg_id)
+        flight.after = after
+        headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Sequence": str(expected), PART_HEADER: str(part)}
+        if after is not None:
+            headers[AFTER_HEADER] = after
+        return headers
+
+    async def _try(self, flight, headers):
+        # The first try: its stream sequence, or why it failed (Unavailable,
+        # Deposed: the expected sequence did not hold).
         try:
-            return await self.link.publish(flight.data, flight.headers)
+            return await self.link.publish(flight.data, headers)
         except (Unavailable, Deposed) as e:
             return e
 
     async def _settle(self, gen):
-        # The answers, in order: each stored message acknowledged; at a failed
-        # one, the window tried again one message at a time.
+        # The answers, in order: each message acknowledged once it is where
+        # it belongs; at the first that is not, the window mended.
         try:
             while self._flights and gen == self._gen:
                 flight = self._flights[0]
                 answer = await flight.task
                 if gen != self._gen:
                     return
-                if isinstance(answer, Exception):
-                    await self._retry_window(gen)
+                if not self._in_place(flight, answer):
+                    await self._mend(gen)
                     continue
-                self._stored(self._flights.popleft(), answer)
+                self._stored(self._flights.popleft(), answer, flight.ids[-1])
                 self.send()
         except Deposed:
             if gen == self._gen:
+                self._settler = None
+                self.stop()
                 self.on_deposed()
         except Exception as e:
             event(logging.ERROR, "publish-failed", "replication: publishing failed: %(error)s",
@@ -173,28 +193,96 @@ class Publisher:
         finally:
             if gen == self._gen:
                 self._settler = None
-                self._retrying = False
+                self._mending = False
 
-    async def _retry_window(self, gen):
-        self._retrying = True
+    def _in_place(self, flight, answer):
+        # Stored right after the chain's end, naming it.
+        seq, last_id = self.chain()
+        return not isinstance(answer, Exception) and answer == seq + 1 and flight.after == last_id
+
+    async def _mend(self, gen):
+        # Every message of the window put in its place, one at a time.
+        self._mending = True
         await asyncio.wait([flight.task for flight in self._flights])
         while self._flights and gen == self._gen:
             flight = self._flights[0]
             answer = flight.task.result()
-            if isinstance(answer, Exception):
-                self.retries += 1
-                self._waiting.failed(seconds=time.monotonic() - flight.t0, error=str(answer) or "refused")
-                headers = {k: v for k, v in flight.headers.items() if k != AFTER}
-                answer = await self._publish(gen, headers, flight.data, flight.t0)
-                if answer is None or gen != self._gen:
+            if self._in_place(flight, answer):
+                placed = answer, flight.ids[-1]
+            else:
+                placed = await self._place(gen, flight)
+                if placed is None or gen != self._gen:
                     return
-            self._stored(self._flights.popleft(), answer)
-        self._retrying = False
+            self._stored(self._flights.popleft(), *placed)
+        self._mending = False
         self.send()
 
-    def _stored(self, flight, seq):
+    async def _place(self, gen, flight, give_up=None):
+        # flight stored right after the chain's end: (its sequence, the id of
+        # the try stored there), or None once the generation changed or
+        # `give_up` s passed. Raises Deposed.
+        while gen == self._gen:
+            try:
+                placed = await self._find(flight)
+                if placed is None:
+                    expected, after = self.chain()
+                    self.retries += bool(flight.ids)      # a fence's first try is not one
+                    headers = self._headers(flight, flight.part, expected, after)
+                    try:
+                        seq = await self.link.publish(flight.data, headers)
+                    except Deposed:
+                        raise Unavailable("appended to meanwhile") from None
+                    if seq != expected + 1:
+                        raise RuntimeError("the stream stored message %s as %d, not %d"
+                                           % (flight.ids[-1], seq, expected + 1))
+                    placed = seq, flight.ids[-1]
+                break
+            except Unavailable as e:
+                if gen != self._gen:
+                    return None
+                waited = time.monotonic() - flight.t0
+                self._waiting.failed(seconds=waited, error=str(e))
+                if give_up is not None and waited > give_up:
+                    return None
+                if give_up is None and waited > self.timeout and not self.stalled:
+                    self.stalled = True
+                    self.on_stall()
+                await asyncio.sleep(RETRY_PAUSE)
+        else:
+            return None
+        self._waiting.ok()
+        if self.stalled and give_up is None:
+            self.stalled = False
+            event(logging.WARNING, "quorum-back", "replication: the stream takes records again after "
+                  "%(seconds).1f s", seconds=time.monotonic() - flight.t0)
+            self.on_stall()
+        return placed
+
+    async def _find(self, flight):
+        # Past the chain's end, the first message that names it is one of
+        # flight's tries: (its sequence, its id); or another writer's:
+        # Deposed. With none, only orphans, the chain's end moves past them
+        # (None). Raises Unavailable.
+        seq, last_id = self.chain()
+        _, last, _ = await self.link.last_seq()
+        for at in range(seq + 1, last + 1):
+            found = await self.link.message(at)
+            if found is None:
+                continue
+            msg_id, after = found
+            if last_id is not None and after is not None and after != last_id:
+                self.orphans += 1       # as a reader finds it (log.py: apply)
+                continue
+            if msg_id in flight.ids:
+                return at, msg_id
+            raise Deposed()
+        if last > seq:
+            self.on_orphans(last)
+        return None
+
+    def _stored(self, flight, seq, msg_id):
         self.published += 1
-        self.on_acked(flight.part, len(flight.data), seq, flight.records)
+        self.on_acked(flight.part, len(flight.data), seq, flight.records, msg_id)
 
     def _next_message(self):
         # the queue's first pieces of one part, as one message
@@ -211,46 +299,11 @@ class Publisher:
             data = b"".join(pieces)
         return part, data, records
 
-    def _headers(self, part, expected):
-        self._count += 1
-        return {"Nats-Msg-Id": self._prefix + str(self._count),
-                "Nats-Expected-Last-Sequence": str(expected), PART_HEADER: str(part)}
-
     async def fence(self, part, give_up):
-        """Publish an empty message of `part` expecting the stream to end where
-        this node's queue does (nothing in flight): its sequence, or None after
-        `give_up` seconds without an answer. Raises Deposed."""
-        seq = await self._publish(self._gen, self._headers(part, self.expected()), b"", time.monotonic(),
-                                  give_up)
-        if seq is not None:
+        """Append an empty message of `part` to the chain's end (nothing in
+        flight): (its sequence, its id), or None after `give_up` seconds
+        without an answer. Raises Deposed."""
+        placed = await self._place(self._gen, _Flight(part, b"", 0), give_up)
+        if placed is not None:
             self.published += 1
-        return seq
-
-    async def _publish(self, gen, headers, data, t0, give_up=None):
-        # One message tried until stored (its sequence), or None once the
-        # generation changed or `give_up` seconds passed since t0. Raises Deposed.
-        while True:
-            try:
-                seq = await self.link.publish(data, headers)
-                break
-            except Unavailable as e:
-                if gen != self._gen:
-                    return None
-                waited = time.monotonic() - t0
-                self.retries += 1
-                self._waiting.failed(seconds=waited, error=str(e))
-                if give_up is not None and waited > give_up:
-                    return None
-                if give_up is None and waited > self.timeout and not self.stalled:
-                    self.stalled = True
-                    self.on_stall()
-                await asyncio.sleep(RETRY_PAUSE)
-                if gen != self._gen:
-                    return None
-        self._waiting.ok()
-        if self.stalled and give_up is None:
-            self.stalled = False
-            event(logging.WARNING, "quorum-back", "replication: the stream takes records again after "
-                  "%(seconds).1f s", seconds=time.monotonic() - t0)
-            self.on_stall()
-        return seq
+        return placed

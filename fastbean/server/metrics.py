@@ -331,6 +331,9 @@ def _replication(out, replicator):
             "Publishes tried again after no answer or a refusal.", [("", publisher.retries)])
     _metric(out, "fastbean_replication_in_flight", "gauge", "Messages published and not yet acknowledged.",
             [("", publisher.in_flight)])
+    _metric(out, "fastbean_replication_orphans_total", "counter",
+            "Messages found in the stream that do not follow the chain (a deposed writer's), skipped.",
+            [("", replicator.log.orphans + publisher.orphans)])
     _metric(out, "fastbean_replication_takeovers_total", "counter", "Times this node became the primary.",
             [("", replicator.takeovers)])
     _metric(out, "fastbean_replication_suspensions_total", "counter",

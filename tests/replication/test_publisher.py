@@ -1,13 +1,17 @@
-"""The publisher's window against a model of JetStream's rules for one stream.
+"""The publisher's window and its chain, against a model of one stream.
 
-The model applies each publish in the order it was sent (one connection, one
-stream leader), checking the message id first, then the expected last
-sequence, as nats-server does; its answers come back in any order, some are
-lost, and some publishes never reach it. The test checks what the fence
-promises: every message stored exactly once, in order; every acknowledgement
-names the sequence that holds that message; and "deposed" only once another
-writer appended. The real stream is tested in test_faults.py and
-test_replication.py."""
+The model stores each publish in the order it was sent (one connection, one
+stream leader) if its expected last sequence holds, and answers duplicates
+of an id it holds with that id's sequence; answers come back in any order,
+some are lost, some publishes never arrive. Two other writers may append:
+a stale one (a deposed primary whose messages were in flight) whose
+messages name a predecessor not at the chain's end, and a live one (a new
+primary) whose fence names the chain's last message. Readers keep the chain
+as log.py does. The test checks what the fence promises: every message of
+this node's acknowledged is in the chain, in order, each once; the chain
+holds all it published unless a live writer took over, and then this node
+says it was deposed; a stale writer never deposes it. The real stream is
+tested in test_faults.py and test_replication.py."""
 import asyncio
 import random
 
@@ -15,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastbean.replication import publisher as publisher_module
-from fastbean.replication.link import Deposed, Unavailable
+from fastbean.replication.link import AFTER_HEADER, Deposed, Unavailable
 from fastbean.replication.publisher import WINDOW, Publisher
 
 FATES = ("ok", "lost", "answer-lost", "slow")
@@ -23,35 +27,44 @@ FATES = ("ok", "lost", "answer-lost", "slow")
 
 class Stream:
     def __init__(self):
-        self.messages = []      # (writer, message id, data)
+        self.messages = []      # (writer, message id, after, data)
         self.ids = {}           # message id -> sequence
 
-    def store(self, data, headers):
+    def store(self, writer, data, headers):
         msg_id = headers["Nats-Msg-Id"]
         if msg_id in self.ids:
             return self.ids[msg_id]
         if int(headers["Nats-Expected-Last-Sequence"]) != len(self.messages):
-            raise Deposed()
-        after = headers.get("Nats-Expected-Last-Msg-Id")
-        if after is not None and (not self.messages or self.messages[-1][1] != after):
-            raise Unavailable("wrong last msg ID")   # as link.py reads JetStream's 10070
-        self.messages.append(("node", msg_id, data))
+            raise Deposed()     # as link.py reads JetStream's 10071
+        self.messages.append((writer, msg_id, headers.get(AFTER_HEADER), data))
         self.ids[msg_id] = len(self.messages)
         return len(self.messages)
 
-    def foreign_append(self):
-        self.messages.append(("other", "other-%d" % len(self.messages), b"?"))
+    def chain(self):
+        """The sequences of the valid messages, as every reader finds them."""
+        valid, last, chained = [], None, False
+        for seq, (_, msg_id, after, _) in enumerate(self.messages, 1):
+            if chained and after is not None and after != last:
+                continue
+            valid.append(seq)
+            last, chained = msg_id, True
+        return valid
+
+    def append(self, writer, after):
+        n = len(self.messages)
+        self.messages.append((writer, "%s-%d" % (writer, n), after, b"?"))
+        self.ids["%s-%d" % (writer, n)] = n + 1
 
 
 class Link:
-    """The publishes reach the model in the order they are sent; fates[k] is
-    what becomes of the k-th publish (then "ok"); foreign_at: another writer
-    appends just before that publish arrives."""
+    """Publishes reach the model in the order they are sent; fates[k] is what
+    becomes of the k-th (then "ok"); just before the k-th arrives, the
+    other writers in others[k] append."""
 
-    def __init__(self, stream, fates, foreign_at, rng):
+    def __init__(self, stream, fates, others, rng):
         self.stream = stream
         self.fates = list(fates)
-        self.foreign_at = foreign_at
+        self.others = others
         self.rng = rng
         self.sent = 0
         self.in_flight = 0
@@ -64,13 +77,15 @@ class Link:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            if k == self.foreign_at:
-                self.stream.foreign_append()
+            for writer in self.others.get(k, ()):
+                valid = self.stream.chain()
+                last = self.stream.messages[valid[-1] - 1][1] if valid else None
+                self.stream.append(writer, last if writer == "live" else "gone")
             answer = None
             if fate != "lost":
                 try:
-                    answer = self.stream.store(data, headers)
-                except (Deposed, Unavailable) as e:
+                    answer = self.stream.store("node", data, headers)
+                except Deposed as e:
                     answer = e
             await asyncio.sleep(self.rng.random() * (0.004 if fate == "slow" else 0.001))
             if fate in ("lost", "answer-lost"):
@@ -81,21 +96,40 @@ class Link:
         finally:
             self.in_flight -= 1
 
+    async def last_seq(self):
+        await asyncio.sleep(0)
+        n = len(self.stream.messages)
+        return (1 if n else 0), n, n
 
-async def run(pieces, fates, foreign_at, seed, max_payload):
+    async def message(self, seq):
+        await asyncio.sleep(0)
+        if not 1 <= seq <= len(self.stream.messages):
+            return None
+        _, msg_id, after, _ = self.stream.messages[seq - 1]
+        return msg_id, after
+
+
+async def run(pieces, fates, others, seed, max_payload):
     rng = random.Random(seed)
     stream = Stream()
-    link = Link(stream, fates, foreign_at, rng)
+    stream.append("fence", None)            # this node's takeover: the chain starts there
+    link = Link(stream, fates, others, rng)
     loop = asyncio.get_running_loop()
     acked, deposed, errors, stalls = [], [], [], []
-    applied = [0]
+    state = {"applied": 1, "last": stream.messages[0][1], "chained": True}
 
-    def on_acked(part, size, seq, records):
+    def chain():
+        return state["applied"], state["last"] if state["chained"] else None
+
+    def on_acked(part, size, seq, records, msg_id):
         assert part == 1
-        applied[0] = seq
-        acked.append((seq, size, records))
+        state.update(applied=seq, last=msg_id, chained=True)
+        acked.append((seq, msg_id, size, records))
 
-    pub = Publisher(link, loop, 0.005, lambda: applied[0], on_acked, lambda: deposed.append(True),
+    def on_orphans(seq):
+        state["applied"] = max(state["applied"], seq)
+
+    pub = Publisher(link, loop, 0.005, chain, on_acked, on_orphans, lambda: deposed.append(True),
                     lambda: stalls.append(pub.stalled), errors.append)
     pub.max_payload = max_payload
     for n, piece in enumerate(pieces, 1):
@@ -113,85 +147,75 @@ async def run(pieces, fates, foreign_at, seed, max_payload):
     return stream, link, pub, acked, deposed, errors, stalls
 
 
-def check(pieces, fates, foreign_at, seed, max_payload):
+def check(pieces, fates=(), others=None, seed=0, max_payload=8):
+    others = others or {}
     stream, link, pub, acked, deposed, errors, stalls = asyncio.run(
-        run(pieces, fates, foreign_at, seed, max_payload))
+        run(pieces, fates, others, seed, max_payload))
     assert not errors
-    # every acknowledgement names the message stored there, in order
-    seqs = [seq for seq, _, _ in acked]
-    assert seqs == sorted(set(seqs))
-    for seq, size, _ in acked:
-        writer, _, data = stream.messages[seq - 1]
-        assert writer == "node" and len(data) == size
-    records = [r for _, _, r in acked if r]
+    valid = stream.chain()
+    assert valid[0] == 1
+    mine = [seq for seq in valid if stream.messages[seq - 1][0] == "node"]
+    # every acknowledgement is the chain's next message of this node, in order
+    assert [seq for seq, _, _, _ in acked] == mine[:len(acked)]
+    for seq, msg_id, size, _ in acked:
+        assert stream.messages[seq - 1][1] == msg_id and len(stream.messages[seq - 1][3]) == size
+    records = [r for _, _, _, r in acked if r]
     assert records == sorted(records)
-    # no message stored twice
-    ids = [msg_id for writer, msg_id, _ in stream.messages if writer == "node"]
-    assert len(ids) == len(set(ids))
-    foreign = foreign_at is not None and foreign_at < link.sent
-    if not foreign:
-        assert not deposed
-        assert b"".join(data for _, _, data in stream.messages) == b"".join(pieces)
-        assert seqs == list(range(1, len(stream.messages) + 1))
-        assert acked[-1][2] == len(pieces)
+    stored = b"".join(stream.messages[seq - 1][3] for seq in mine)
+    live = [seq for seq in valid if stream.messages[seq - 1][0] == "live"]
+    if not live:
+        assert not deposed, "deposed with no other live writer"
+        assert stored == b"".join(pieces)
+        assert acked[-1][3] == len(pieces)
         assert stalls == [] or stalls[-1] is False
     else:
-        # nothing of this node's follows the other writer's message; the
-        # publisher says it was deposed unless all it had was stored before
-        other = next(i for i, m in enumerate(stream.messages) if m[0] == "other")
-        assert len(stream.messages) == other + 1
-        assert all(seq <= other for seq in seqs)
-        stored = b"".join(data for _, _, data in stream.messages[:other])
-        if deposed:
-            assert deposed == [True] and b"".join(pieces).startswith(stored)
-        else:
-            assert stored == b"".join(pieces) and acked[-1][2] == len(pieces)
-    return link, pub
+        # nothing of this node's is in the chain after the live writer's fence
+        assert all(seq < live[0] for seq in mine)
+        assert b"".join(pieces).startswith(stored)
+        assert deposed == [True] or stored == b"".join(pieces)
+    return link, pub, stream
 
 
 def test_messages_go_out_in_a_window_and_are_acknowledged_in_order():
     pieces = [b"%04d" % i for i in range(200)]
-    link, pub = check(pieces, [], None, 1, 4)
+    link, pub, _ = check(pieces, max_payload=4)
     assert link.most_in_flight == WINDOW == pub.most_in_flight
     assert pub.published == 200 and pub.retries == 0
 
 
 def test_a_lost_publish_in_the_window_is_sent_again_with_the_ones_after_it():
     pieces = [b"%04d" % i for i in range(40)]
-    fates = ["ok"] * 3 + ["lost"] + ["ok"] * 50
-    link, pub = check(pieces, fates, None, 2, 4)
-    # the lost one and the window behind it, refused for its sequence, went again
-    assert pub.retries >= WINDOW - 1
+    link, pub, _ = check(pieces, ["ok"] * 3 + ["lost"], max_payload=4)
+    assert pub.retries >= 1 and link.sent > 40
 
 
-def test_an_answer_lost_is_a_duplicate_when_sent_again():
+def test_an_answer_lost_is_found_in_the_stream():
     pieces = [b"%04d" % i for i in range(40)]
-    fates = ["ok"] * 5 + ["answer-lost"] + ["ok"] * 50
-    link, pub = check(pieces, fates, None, 3, 4)
-    assert pub.retries == 1
+    link, pub, stream = check(pieces, ["ok"] * 5 + ["answer-lost"], max_payload=4)
+    assert len(stream.messages) == 41       # the fence and 40: found, not sent again
 
 
-def test_another_writer_deposes_only_once_the_messages_before_are_stored():
+def test_a_stale_writers_messages_are_orphans_and_do_not_depose():
+    # A deposed primary's messages land in the middle of the window: the
+    # ones behind them are refused or stored out of the chain, and go again.
     pieces = [b"%04d" % i for i in range(40)]
-    # the 4th publish is lost and another writer appends before the 7th
-    fates = ["ok"] * 3 + ["lost"] + ["ok"] * 50
-    check(pieces, fates, 6, 4, 4)
+    link, pub, stream = check(pieces, others={3: ["stale"], 4: ["stale", "stale"]}, max_payload=4)
+    assert pub.orphans >= 3 and len(stream.chain()) == 41
 
 
-def test_a_message_behind_a_refused_one_is_not_stored_after_another_writers():
-    # Another writer appends first: the window's first message is refused
-    # for its sequence, and the second one's sequence would now hold; the id
-    # of the message before it (Nats-Expected-Last-Msg-Id) keeps it out.
-    check([b"a", b"b"], [], 0, 0, 1)
+def test_a_live_writer_deposes_once_the_messages_before_are_placed():
+    pieces = [b"%04d" % i for i in range(40)]
+    check(pieces, ["ok"] * 3 + ["lost"], others={6: ["live"]}, max_payload=4)
 
 
 @settings(max_examples=300, deadline=None)
 @given(pieces=st.lists(st.binary(min_size=1, max_size=6), min_size=1, max_size=60),
        fates=st.lists(st.sampled_from(FATES), max_size=80),
-       foreign_at=st.one_of(st.none(), st.integers(0, 80)),
+       others=st.dictionaries(st.integers(0, 80), st.lists(st.sampled_from(("stale", "live")), min_size=1,
+                                                           max_size=3), max_size=4),
        seed=st.integers(0, 2 ** 32), max_payload=st.sampled_from((1, 8, 64)))
-def test_the_window_keeps_the_fence(pieces, fates, foreign_at, seed, max_payload):
-    check(pieces, fates, foreign_at, seed, max_payload)
+def test_the_chain_keeps_the_fence(pieces, fates, others, seed, max_payload):
+    check(pieces, fates, others, seed, max_payload)
 
 
 def setup_module():

@@ -342,7 +342,7 @@ def stream_info(cluster, name):
     return asyncio.run(ask())
 
 
-def append_foreign(cluster, part):
+def append_foreign(cluster, part, body=b"", **headers):
     """Append a message to the stream as another writer would."""
     import asyncio
 
@@ -351,7 +351,7 @@ def append_foreign(cluster, part):
     async def publish():
         nc = await nats.connect(servers=cluster.urls.split(","))
         try:
-            await nc.jetstream().publish("fastbean.records", b"", headers={"Fb-Part": str(part)})
+            await nc.jetstream().publish("fastbean.records", body, headers={"Fb-Part": str(part), **headers})
         finally:
             await nc.close()
     asyncio.run(publish())
@@ -377,6 +377,33 @@ def test_fenced_by_another_writer(cluster, nodes, tmp_path):
     stats = primary.ext_stats()
     assert stats["replication-resyncs"] == 1 and stats["replication-takeovers"] == 2
     assert "another node appended to the stream" in primary.log[-4000:]
+
+
+def test_a_deposed_writers_late_message_is_skipped(cluster, nodes, tmp_path):
+    # A message that does not follow the chain's last one (a deposed
+    # primary's, stored late: publisher.py) is an orphan: the primary goes on
+    # past it, the standby skips it, and after a takeover the queue is what
+    # the clients were told.
+    for name in ("a", "b"):
+        nodes.append(Node(name, cluster.urls, tmp_path, "--lease-ttl", TTL))
+    primary = find_primary(nodes)
+    standby = next(n for n in nodes if n is not primary)
+    with primary.client() as c:
+        before = [c.put(b"before-%d" % i) for i in range(20)]
+        part = primary.ext_stats()["replication-part"]
+        append_foreign(cluster, part, b"not records", **{"Fb-After": "a-message-not-in-the-chain"})
+        after = [c.put(b"after-%d" % i) for i in range(20)]
+        c.delete(before[0])
+    stats = primary.ext_stats()
+    assert stats["replication-takeovers"] == 1 and stats["replication-resyncs"] == 0, stats
+    assert "does not follow the last one applied" in standby.log[-20000:]
+    assert standby.metrics()["fastbean_replication_orphans_total"] == 1
+    primary.kill()
+    assert find_primary([standby]) is standby
+    with standby.client(30) as c:
+        found = job_info(c, range(1, max(after) + 10))
+    assert {i: info[3] for i, info in found.items()} == {
+        **{i: b"before-%d" % k for k, i in enumerate(before) if k}, **{i: b"after-%d" % k for k, i in enumerate(after)}}
 
 
 class Timed(Workload):
