@@ -216,7 +216,9 @@ class Replicator:
     async def _ready_to_lead(self):
         first, last, messages = await self.link.last_seq()
         if messages == 0 and self.log.applied < last:
-            self.log.applied = self.follower.applied = last      # purged to the end: nothing to apply
+            # purged to the end: nothing to apply, and the chain starts again
+            self.log.applied = self.follower.applied = last
+            self.log.last_id, self.log.chained = None, False
         if self.log.applied < last:
             if self.follower.stuck():
                 event(logging.WARNING, "follower-stuck", "replication: follower stuck at %(applied)d "

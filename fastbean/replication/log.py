@@ -205,8 +205,10 @@ class StreamLog:
         if records:
             self.remote_seq = records
             self._release()
-        if not self.publisher.queue and self.logging:
-            self._take()
+        if self.logging:
+            if not self.publisher.queue:
+                self._take()
+            self.publisher.send()       # after a fence, what was logged meanwhile
         if size:
             self._maintain()
         self.on_change()

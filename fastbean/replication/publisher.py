@@ -10,9 +10,9 @@ names the last message it applied as a standby. So two writers can never
 both extend the chain: the first message stored after a given one that
 names it wins, and whatever else names it is an orphan. This is the fence;
 the stream's own check, Nats-Expected-Last-Sequence, keeps the chain free of
-gaps where all goes well. (JetStream's checks cannot do it alone: from 2.12
-the expected sequence counts proposals not yet stored, so a deposed writer's
-message in flight can land behind a new writer's fence; and its
+gaps where all goes well. (JetStream's checks cannot do it alone: a deposed
+writer's message in flight expects the sequence after its predecessor's,
+which a new writer's fence can make true, and it lands behind the fence;
 Nats-Expected-Last-Msg-Id is checked on each replica as it applies, against
 state a replica that caught up from a snapshot lacks.)
 
@@ -22,8 +22,10 @@ copy stored elsewhere) the publisher waits for the window's answers, then,
 for each message in turn, reads the stream past the last acknowledged one:
 the first message there that names it is this message (acknowledged) or
 another writer's (deposed); if there is none, only orphans, the message is
-sent again with a new id, expecting the stream's end. Ids are never reused,
-so nothing depends on JetStream's duplicate window.
+sent again with a new id, expecting the stream's end. A stream purged past
+the chain's end was purged by a writer after this one: deposed too. Ids are
+never reused, so nothing depends on JetStream's duplicate window. A fence
+holds the window shut, and one that gave up is looked for by the next.
 
 A message that waits longer than --replicate-timeout makes the publisher
 "stalled" (replication/ then stops serving clients); it goes on trying.
@@ -87,6 +89,7 @@ class Publisher:
         self._flights = collections.deque()
         self._settler = None
         self._mending = False
+        self._fence = None          # a fence being placed: kept until it is, its tries' ids with it
         self._gen = 0
         self._waiting = Quiet("publish-waiting", "replication: a publish has waited %(seconds).1f s: "
                               "%(error)s")
@@ -99,7 +102,7 @@ class Publisher:
     @property
     def room(self):
         """Another message may go out now."""
-        return len(self._flights) < WINDOW and not self._mending
+        return len(self._flights) < WINDOW and not self._mending and self._fence is None
 
     @property
     def in_flight(self):
@@ -147,6 +150,7 @@ class Publisher:
         self.queue.clear()
         self.stalled = False
         self._mending = False
+        self._fence = None
 
     def _headers(self, flight, part, expected, after):
         self._count += 1
@@ -264,11 +268,13 @@ class Publisher:
         # Deposed. With none, only orphans, the chain's end moves past them
         # (None). Raises Unavailable.
         seq, last_id = self.chain()
-        _, last, _ = await self.link.last_seq()
+        first, last, _ = await self.link.last_seq()
+        if last > seq and first > seq + 1:
+            raise Deposed()         # purged past this node's chain end: only a writer after it purges
         for at in range(seq + 1, last + 1):
             found = await self.link.message(at)
             if found is None:
-                continue
+                raise Deposed()     # the same, purged meanwhile
             msg_id, after = found
             if last_id is not None and after is not None and after != last_id:
                 self.orphans += 1       # as a reader finds it (log.py: apply)
@@ -301,9 +307,20 @@ class Publisher:
 
     async def fence(self, part, give_up):
         """Append an empty message of `part` to the chain's end (nothing in
-        flight): (its sequence, its id), or None after `give_up` seconds
-        without an answer. Raises Deposed."""
-        placed = await self._place(self._gen, _Flight(part, b"", 0), give_up)
-        if placed is not None:
+        flight; none goes out meanwhile): (its sequence, its id), or None
+        after `give_up` seconds without an answer; a try of it may still be
+        stored, and the next fence looks for it. Raises Deposed."""
+        gen = self._gen
+        if self._fence is None or self._fence.part != part:
+            self._fence = _Flight(part, b"", 0)
+        self._fence.t0 = time.monotonic()
+        try:
+            placed = await self._place(gen, self._fence, give_up)
+        except Deposed:
+            if gen == self._gen:
+                self._fence = None
+            raise
+        if placed is not None and gen == self._gen:
+            self._fence = None
             self.published += 1
         return placed

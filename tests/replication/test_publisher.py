@@ -29,6 +29,7 @@ class Stream:
     def __init__(self):
         self.messages = []      # (writer, message id, after, data)
         self.ids = {}           # message id -> sequence
+        self.first = 1          # messages below were purged
 
     def store(self, writer, data, headers):
         msg_id = headers["Nats-Msg-Id"]
@@ -69,6 +70,7 @@ class Link:
         self.sent = 0
         self.in_flight = 0
         self.most_in_flight = 0
+        self.purge_at = {}      # k: before the k-th publish, the stream is purged below its end
 
     async def publish(self, data, headers):
         k = self.sent
@@ -81,6 +83,8 @@ class Link:
                 valid = self.stream.chain()
                 last = self.stream.messages[valid[-1] - 1][1] if valid else None
                 self.stream.append(writer, last if writer == "live" else "gone")
+            if k in self.purge_at:
+                self.stream.first = len(self.stream.messages)
             answer = None
             if fate != "lost":
                 try:
@@ -99,21 +103,22 @@ class Link:
     async def last_seq(self):
         await asyncio.sleep(0)
         n = len(self.stream.messages)
-        return (1 if n else 0), n, n
+        return self.stream.first, n, n - self.stream.first + 1
 
     async def message(self, seq):
         await asyncio.sleep(0)
-        if not 1 <= seq <= len(self.stream.messages):
+        if not self.stream.first <= seq <= len(self.stream.messages):
             return None
         _, msg_id, after, _ = self.stream.messages[seq - 1]
         return msg_id, after
 
 
-async def run(pieces, fates, others, seed, max_payload):
+async def run(pieces, fates, others, seed, max_payload, purge_at=()):
     rng = random.Random(seed)
     stream = Stream()
     stream.append("fence", None)            # this node's takeover: the chain starts there
     link = Link(stream, fates, others, rng)
+    link.purge_at = set(purge_at)
     loop = asyncio.get_running_loop()
     acked, deposed, errors, stalls = [], [], [], []
     state = {"applied": 1, "last": stream.messages[0][1], "chained": True}
@@ -147,10 +152,10 @@ async def run(pieces, fates, others, seed, max_payload):
     return stream, link, pub, acked, deposed, errors, stalls
 
 
-def check(pieces, fates=(), others=None, seed=0, max_payload=8):
+def check(pieces, fates=(), others=None, seed=0, max_payload=8, purge_at=()):
     others = others or {}
     stream, link, pub, acked, deposed, errors, stalls = asyncio.run(
-        run(pieces, fates, others, seed, max_payload))
+        run(pieces, fates, others, seed, max_payload, purge_at))
     assert not errors
     valid = stream.chain()
     assert valid[0] == 1
@@ -206,6 +211,37 @@ def test_a_stale_writers_messages_are_orphans_and_do_not_depose():
 def test_a_live_writer_deposes_once_the_messages_before_are_placed():
     pieces = [b"%04d" % i for i in range(40)]
     check(pieces, ["ok"] * 3 + ["lost"], others={6: ["live"]}, max_payload=4)
+
+
+def test_a_purge_past_the_chain_end_is_another_writers():
+    # Another node took over (its fence names this node's last message) and
+    # purged the stream up to its own messages: this node's next publish is
+    # refused, and it must not take what it finds for orphans.
+    pieces = [b"%04d" % i for i in range(10)]
+    link, pub, stream = check(pieces, ["ok"] * 3 + ["lost"], others={5: ["live", "stale"]}, purge_at=(5,),
+                              max_payload=4)
+    assert stream.first > 1
+
+
+def test_a_fence_given_up_is_found_by_the_next_one_and_holds_the_window():
+    # The fence's answer is lost and it gives up; its try was stored. The
+    # next fence (a resume after a suspension) finds it rather than taking
+    # it for another writer's; while a fence is out, nothing else goes.
+    async def fences():
+        stream = Stream()
+        stream.append("fence", None)
+        link = Link(stream, ["answer-lost"], {}, random.Random(1))
+        state = {"applied": 1, "last": stream.messages[0][1]}
+        pub = Publisher(link, asyncio.get_running_loop(), 5.0, lambda: (state["applied"], state["last"]),
+                        None, lambda seq: state.update(applied=seq), None, lambda: None, None)
+        assert await pub.fence(7, give_up=0.0) is None and not pub.room
+        second = asyncio.ensure_future(pub.fence(7, give_up=5.0))
+        await asyncio.sleep(0)
+        pub.push(7, b"records")
+        assert not pub.room and pub.in_flight == 0
+        placed = await second
+        assert placed == (2, stream.messages[1][1]) and pub.room and len(stream.messages) == 2
+    asyncio.run(fences())
 
 
 @settings(max_examples=300, deadline=None)
