@@ -90,6 +90,7 @@ class Publisher:
         self._settler = None
         self._mending = False
         self._fence = None          # a fence being placed: kept until it is, its tries' ids with it
+        self._deposed = False       # nothing goes out until stop() (the node rebuilds)
         self._gen = 0
         self._waiting = Quiet("publish-waiting", "replication: a publish has waited %(seconds).1f s: "
                               "%(error)s")
@@ -102,7 +103,7 @@ class Publisher:
     @property
     def room(self):
         """Another message may go out now."""
-        return len(self._flights) < WINDOW and not self._mending and self._fence is None
+        return len(self._flights) < WINDOW and not self._mending and self._fence is None and not self._deposed
 
     @property
     def in_flight(self):
@@ -151,6 +152,7 @@ class Publisher:
         self.stalled = False
         self._mending = False
         self._fence = None
+        self._deposed = False
 
     def _headers(self, flight, part, expected, after):
         self._count += 1
@@ -188,6 +190,7 @@ class Publisher:
             if gen == self._gen:
                 self._settler = None
                 self.stop()
+                self._deposed = True
                 self.on_deposed()
         except Exception as e:
             event(logging.ERROR, "publish-failed", "replication: publishing failed: %(error)s",
@@ -264,27 +267,33 @@ class Publisher:
 
     async def _find(self, flight):
         # Past the chain's end, the first message that names it is one of
-        # flight's tries: (its sequence, its id); or another writer's:
+        # flight's tries: (its sequence, its id), so long as no other
+        # writer's message follows it in the chain; or another writer's:
         # Deposed. With none, only orphans, the chain's end moves past them
         # (None). Raises Unavailable.
         seq, last_id = self.chain()
         first, last, _ = await self.link.last_seq()
         if last > seq and first > seq + 1:
             raise Deposed()         # purged past this node's chain end: only a writer after it purges
+        placed, end = None, last_id
+        own = {msg_id for other in self._flights for msg_id in other.ids}
         for at in range(seq + 1, last + 1):
             found = await self.link.message(at)
             if found is None:
                 raise Deposed()     # the same, purged meanwhile
             msg_id, after = found
-            if last_id is not None and after is not None and after != last_id:
-                self.orphans += 1       # as a reader finds it (log.py: apply)
+            if end is not None and after is not None and after != end:
+                if placed is None:
+                    self.orphans += 1   # as a reader finds it (log.py: apply)
                 continue
-            if msg_id in flight.ids:
-                return at, msg_id
-            raise Deposed()
-        if last > seq:
+            if placed is None and msg_id in flight.ids:
+                placed = at, msg_id     # a try stored, its answer lost
+            elif placed is None or msg_id not in own:
+                raise Deposed()         # another writer's, maybe built on this node's try
+            end = msg_id
+        if placed is None and last > seq:
             self.on_orphans(last)
-        return None
+        return placed
 
     def _stored(self, flight, seq, msg_id):
         self.published += 1
@@ -311,6 +320,7 @@ class Publisher:
         after `give_up` seconds without an answer; a try of it may still be
         stored, and the next fence looks for it. Raises Deposed."""
         gen = self._gen
+        self._deposed = False       # a takeover after one lost, or a resume: a new start
         if self._fence is None or self._fence.part != part:
             self._fence = _Flight(part, b"", 0)
         self._fence.t0 = time.monotonic()
@@ -319,6 +329,7 @@ class Publisher:
         except Deposed:
             if gen == self._gen:
                 self._fence = None
+                self._deposed = True
             raise
         if placed is not None and gen == self._gen:
             self._fence = None

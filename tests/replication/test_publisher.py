@@ -15,6 +15,7 @@ tested in test_faults.py and test_replication.py."""
 import asyncio
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -241,6 +242,26 @@ def test_a_fence_given_up_is_found_by_the_next_one_and_holds_the_window():
         assert not pub.room and pub.in_flight == 0
         placed = await second
         assert placed == (2, stream.messages[1][1]) and pub.room and len(stream.messages) == 2
+    asyncio.run(fences())
+
+
+def test_a_fence_given_up_that_another_writer_built_on_deposes():
+    # The fence's try was stored but its answer lost; meanwhile another node
+    # applied it, took over and wrote after it. The next fence finds its try,
+    # and what follows it: another writer's, so this node is deposed.
+    async def fences():
+        stream = Stream()
+        stream.append("fence", None)
+        link = Link(stream, ["answer-lost"], {}, random.Random(1))
+        state = {"applied": 1, "last": stream.messages[0][1]}
+        pub = Publisher(link, asyncio.get_running_loop(), 5.0, lambda: (state["applied"], state["last"]),
+                        None, lambda seq: state.update(applied=seq), None, lambda: None, None)
+        assert await pub.fence(7, give_up=0.0) is None
+        stream.append("live", stream.messages[1][1])
+        stream.append("live", stream.messages[2][1])
+        with pytest.raises(Deposed):
+            await pub.fence(7, give_up=5.0)
+        assert not pub.room
     asyncio.run(fences())
 
 
