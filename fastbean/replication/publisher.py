@@ -109,11 +109,6 @@ class Publisher:
     def in_flight(self):
         return len(self._flights)
 
-    @property
-    def in_flight(self):
-        """Messages published and not yet stored: 0 or 1."""
-        return int(self._task is not None)
-
     def push(self, part, data, records=0):
         self.queue.append([part, data, records])
 
