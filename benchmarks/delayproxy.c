@@ -14,6 +14,9 @@
  * they are written to. It prints "ready" once every port listens, and runs
  * until killed.
  *
+ * tests/support/faultkit/proxy.py cuts connections for the fault tests; this
+ * one delays them, in C, so that it takes little of the CPU it is measuring.
+ *
  * Built by benchmarks/harness.py (build_tool); not part of the installed package.
  */
 #define _GNU_SOURCE
