@@ -314,28 +314,28 @@ def exposition(server):
 def _replication(out, replicator):
     # --replicate: where this node is in the stream, what it published.
     publisher, follower = replicator.publisher, replicator.follower
-    _metric(out, "fastbean_replication_primary", "gauge", "1 while this node is the primary and serves.",
-            [("", int(replicator.role.value == "primary"))])
-    _metric(out, "fastbean_replication_stream_sequence", "gauge",
-            "Stream sequence of the last message this node applied (standby) or had stored (primary).",
-            [("", replicator.log.applied)])
-    _metric(out, "fastbean_replication_pending_messages", "gauge",
-            "Standby: messages the stream held after the last one applied, as it was sent.",
-            [("", follower.pending if follower.following else 0)])
-    _metric(out, "fastbean_replication_lag_seconds", "gauge",
-            "Standby: age of the last message applied while more followed it (0 when caught up); "
-            "by the stream leader's clock.", [("", round(follower.lag(), 6))])
-    _metric(out, "fastbean_replication_publishes_total", "counter", "Messages this node had stored.",
-            [("", publisher.published)])
-    _metric(out, "fastbean_replication_retries_total", "counter",
-            "Publishes tried again after no answer or a refusal.", [("", publisher.retries)])
-    _metric(out, "fastbean_replication_in_flight", "gauge", "Messages published and not yet acknowledged.",
-            [("", publisher.in_flight)])
-    _metric(out, "fastbean_replication_orphans_total", "counter",
-            "Messages found in the stream that do not follow the chain (a deposed writer's), skipped.",
-            [("", replicator.log.orphans + publisher.orphans)])
-    _metric(out, "fastbean_replication_takeovers_total", "counter", "Times this node became the primary.",
-            [("", replicator.takeovers)])
-    _metric(out, "fastbean_replication_suspensions_total", "counter",
-            "Times this node stopped serving as primary (no quorum stored its changes, or its lease "
-            "was not renewed in time).", [("", replicator.suspensions)])
+    for name, kind, text, value in (
+        ("primary", "gauge", "1 while this node is the primary and serves.",
+         int(replicator.role.value == "primary")),
+        ("stream_sequence", "gauge",
+         "Stream sequence of the last message this node applied (standby) or had stored (primary).",
+         replicator.log.applied),
+        ("pending_messages", "gauge",
+         "Standby: messages the stream held after the last one applied, as it was sent.",
+         follower.pending if follower.following else 0),
+        ("lag_seconds", "gauge",
+         "Standby: age of the last message applied while more followed it (0 when caught up); "
+         "by the stream leader's clock.", round(follower.lag(), 6)),
+        ("publishes_total", "counter", "Messages this node had stored.", publisher.published),
+        ("retries_total", "counter", "Publishes tried again after no answer or a refusal.",
+         publisher.retries),
+        ("in_flight", "gauge", "Messages published and not yet acknowledged.", publisher.in_flight),
+        ("orphans_total", "counter",
+         "Messages found in the stream that do not follow the chain (a deposed writer's), skipped.",
+         replicator.log.orphans + publisher.orphans),
+        ("takeovers_total", "counter", "Times this node became the primary.", replicator.takeovers),
+        ("suspensions_total", "counter",
+         "Times this node stopped serving as primary (no quorum stored its changes, or its lease "
+         "was not renewed in time).", replicator.suspensions),
+    ):
+        _metric(out, "fastbean_replication_" + name, kind, text, [("", value)])
