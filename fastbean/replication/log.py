@@ -206,9 +206,10 @@ class StreamLog:
             self.remote_seq = records
             self._release()
         if self.logging:
-            if not self.publisher.queue:
-                self._take()
-            self.publisher.send()       # after a fence, what was logged meanwhile
+            # what turns left in the engine while the window was full joins
+            # what the queue holds back, so the next message has it all
+            self._take()
+            self.publisher.send()       # after a fence too, what was logged meanwhile
         if size:
             self._maintain()
         self.on_change()

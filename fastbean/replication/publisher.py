@@ -2,6 +2,13 @@
 WINDOW messages in flight at once, each message tried until it is stored
 where it belongs.
 
+What is queued goes out at once when nothing is in flight; while something
+is, the next message goes out only when the queue holds as many bytes as the
+last one sent. Where NATS's own CPU is the limit (its servers beside the
+node), messages stay as large as with one in flight, and each costs NATS the
+same whatever it holds; where the round trip is (NATS across a network), the
+window opens as the load grows, one message per last one's worth of puts.
+
 The stream is a chain: every message names the message before it in the
 chain (AFTER_HEADER, the predecessor's Nats-Msg-Id), and readers apply a
 message only if it names the last one they applied (log.py); any other is an
@@ -79,6 +86,7 @@ class Publisher:
         self.on_error = on_error
         self.max_payload = 1 << 20
         self.queue = collections.deque()    # [part, records bytes, engine record number or 0]
+        self.queued = 0                     # bytes in the queue
         self.stalled = False
         self.published = 0
         self.retries = 0
@@ -87,6 +95,7 @@ class Publisher:
         self._prefix = uuid.uuid4().hex + "-"
         self._count = 0
         self._flights = collections.deque()
+        self._last_size = 0         # bytes of the last message sent
         self._settler = None
         self._mending = False
         self._fence = None          # a fence being placed: kept until it is, its tries' ids with it
@@ -111,6 +120,7 @@ class Publisher:
 
     def push(self, part, data, records=0):
         self.queue.append([part, data, records])
+        self.queued += len(data)
 
     def mark(self, records):
         """The last piece pushed ends the engine's records up to `records`."""
@@ -118,8 +128,9 @@ class Publisher:
 
     def send(self):
         """Queued messages out, while the window has room."""
-        while self.queue and self.room:
+        while self.queue and self.room and (not self._flights or self.queued >= self._last_size):
             flight = _Flight(*self._next_message())
+            self._last_size = len(flight.data)
             if self._flights:
                 before = self._flights[-1]
                 expected, after = before.expected + 1, before.ids[-1]
@@ -144,6 +155,7 @@ class Publisher:
             flight.task.cancel()
         self._flights.clear()
         self.queue.clear()
+        self.queued = 0
         self.stalled = False
         self._mending = False
         self._fence = None
@@ -297,12 +309,14 @@ class Publisher:
     def _next_message(self):
         # the queue's first pieces of one part, as one message
         part, data, records = self.queue.popleft()
+        self.queued -= len(data)
         if self.queue and self.queue[0][0] == part:
             pieces = [data]
             size = len(data)
             while (self.queue and self.queue[0][0] == part
                    and size + len(self.queue[0][1]) <= self.max_payload):
                 _, more, more_records = self.queue.popleft()
+                self.queued -= len(more)
                 pieces.append(more)
                 size += len(more)
                 records = max(records, more_records)

@@ -71,12 +71,14 @@ class Link:
         self.sent = 0
         self.in_flight = 0
         self.most_in_flight = 0
+        self.sizes = []         # each publish's size, and how many were in flight as it went
         self.purge_at = {}      # k: before the k-th publish, the stream is purged below its end
 
     async def publish(self, data, headers):
         k = self.sent
         self.sent += 1
         fate = self.fates[k] if k < len(self.fates) else "ok"
+        self.sizes.append((len(data), self.in_flight))
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -187,6 +189,18 @@ def test_messages_go_out_in_a_window_and_are_acknowledged_in_order():
     link, pub, _ = check(pieces, max_payload=4)
     assert link.most_in_flight == WINDOW == pub.most_in_flight
     assert pub.published == 200 and pub.retries == 0
+
+
+def test_while_messages_are_in_flight_the_next_waits_for_as_many_bytes():
+    # A large message goes out, then small pieces come: they go as one
+    # message as large as it, not one message each, while it is in flight.
+    pieces = [b"x" * 40] + [b"y" * 4] * 60
+    link, pub, _ = check(pieces, max_payload=64)
+    assert link.sizes[0] == (40, 0)
+    for (size, in_flight), (before, _) in zip(link.sizes[1:], link.sizes):
+        assert size >= before or in_flight == 0, link.sizes
+    assert max(n for _, n in link.sizes) >= 1       # the window opened all the same
+    assert len(link.sizes) <= 1 + (60 * 4) // 40 + 1
 
 
 def test_a_lost_publish_in_the_window_is_sent_again_with_the_ones_after_it():
