@@ -238,17 +238,24 @@ def test_a_purge_past_the_chain_end_is_another_writers():
     assert stream.first > 1
 
 
+def fence_given_up():
+    # A stream holding one message, a publisher that has applied it, and
+    # a link that loses the next answer: (the stream, the publisher).
+    stream = Stream()
+    stream.append("fence", None)
+    link = Link(stream, ["answer-lost"], {}, random.Random(1))
+    state = {"applied": 1, "last": stream.messages[0][1]}
+    pub = Publisher(link, asyncio.get_running_loop(), 5.0, lambda: (state["applied"], state["last"]),
+                    None, lambda seq: state.update(applied=seq), None, lambda: None, None)
+    return stream, pub
+
+
 def test_a_fence_given_up_is_found_by_the_next_one_and_holds_the_window():
     # The fence's answer is lost and it gives up; its try was stored. The
     # next fence (a resume after a suspension) finds it rather than taking
     # it for another writer's; while a fence is out, nothing else goes.
     async def fences():
-        stream = Stream()
-        stream.append("fence", None)
-        link = Link(stream, ["answer-lost"], {}, random.Random(1))
-        state = {"applied": 1, "last": stream.messages[0][1]}
-        pub = Publisher(link, asyncio.get_running_loop(), 5.0, lambda: (state["applied"], state["last"]),
-                        None, lambda seq: state.update(applied=seq), None, lambda: None, None)
+        stream, pub = fence_given_up()
         assert await pub.fence(7, give_up=0.0) is None and not pub.room
         second = asyncio.ensure_future(pub.fence(7, give_up=5.0))
         await asyncio.sleep(0)
@@ -264,12 +271,7 @@ def test_a_fence_given_up_that_another_writer_built_on_deposes():
     # applied it, took over and wrote after it. The next fence finds its try,
     # and what follows it: another writer's, so this node is deposed.
     async def fences():
-        stream = Stream()
-        stream.append("fence", None)
-        link = Link(stream, ["answer-lost"], {}, random.Random(1))
-        state = {"applied": 1, "last": stream.messages[0][1]}
-        pub = Publisher(link, asyncio.get_running_loop(), 5.0, lambda: (state["applied"], state["last"]),
-                        None, lambda seq: state.update(applied=seq), None, lambda: None, None)
+        stream, pub = fence_given_up()
         assert await pub.fence(7, give_up=0.0) is None
         stream.append("live", stream.messages[1][1])
         stream.append("live", stream.messages[2][1])
